@@ -1,0 +1,196 @@
+//! `POST /ingest/v1/events`: NDJSON (optionally gzip) from pipelines.
+//!
+//! Every line is validated; the valid ones are appended to the log and the
+//! response — accepted count and each rejected line with its number and
+//! reason — is sent only after the log durably holds them. A retry carrying
+//! the same `Idempotency-Key` gets the first response and appends nothing.
+
+use crate::batch::{self, Rejected};
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Json, Router};
+use hindsight_schemas::Timestamp;
+use hindsight_store::log::{AppendBatch, AppendOutcome, EventLog, Idempotency};
+use hindsight_telemetry as tm;
+use serde::Serialize;
+use std::io::Read;
+use std::sync::Arc;
+use std::time::Instant;
+use subtle::ConstantTimeEq;
+
+#[derive(Clone)]
+pub struct IngestState {
+    pub log: Arc<dyn EventLog>,
+    /// The bearer token pipelines must send.
+    pub token: Arc<str>,
+    /// Largest accepted body, compressed or not, and largest decompressed.
+    pub max_body_bytes: usize,
+}
+
+pub fn router(state: IngestState) -> Router {
+    let limit = state.max_body_bytes;
+    Router::new()
+        .route("/ingest/v1/events", post(ingest_events))
+        .layer(DefaultBodyLimit::max(limit))
+        .with_state(state)
+}
+
+#[derive(Serialize)]
+pub struct IngestResponse {
+    pub accepted: usize,
+    pub rejected_count: usize,
+    pub rejected: Vec<Rejected>,
+}
+
+/// Why a batch was refused as a whole.
+#[derive(Debug)]
+enum IngestError {
+    Unauthorized,
+    TooLarge(usize),
+    BadEncoding(String),
+    BadIdempotencyKey,
+    /// The log could not durably accept the batch: nothing was acknowledged.
+    LogUnavailable,
+}
+
+impl IntoResponse for IngestError {
+    fn into_response(self) -> Response {
+        let (status, detail) = match &self {
+            IngestError::Unauthorized => (
+                StatusCode::UNAUTHORIZED,
+                "ingest token is missing or wrong: send `Authorization: Bearer <HINDSIGHT_INGEST_TOKEN>`".to_string(),
+            ),
+            IngestError::TooLarge(max) => {
+                (StatusCode::PAYLOAD_TOO_LARGE, format!("body exceeds {max} bytes; split the batch"))
+            }
+            IngestError::BadEncoding(e) => (StatusCode::BAD_REQUEST, format!("cannot decode gzip body: {e}")),
+            IngestError::BadIdempotencyKey => {
+                (StatusCode::BAD_REQUEST, "Idempotency-Key must be 1..200 visible ASCII characters".to_string())
+            }
+            IngestError::LogUnavailable => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "event log unavailable; nothing from this batch was acknowledged, retry it".to_string(),
+            ),
+        };
+        metrics::counter!(tm::INGEST_RESPONSES, "status" => status.as_str().to_string())
+            .increment(1);
+        let mut response = (status, Json(serde_json::json!({ "detail": detail }))).into_response();
+        if matches!(self, IngestError::LogUnavailable) {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+async fn ingest_events(
+    State(state): State<IngestState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Response, IngestError> {
+    let started = Instant::now();
+    authorize(&headers, &state.token)?;
+    let idempotency_key = idempotency_key(&headers)?;
+    let body = decode_body(&headers, body, state.max_body_bytes)?;
+
+    let validated = batch::validate(&body, 1, Timestamp::now());
+    metrics::histogram!(tm::INGEST_BATCH_LINES)
+        .record((validated.events.len() + validated.rejected.len()) as f64);
+    let response = IngestResponse {
+        accepted: validated.events.len(),
+        rejected_count: validated.rejected.len(),
+        rejected: validated.rejected,
+    };
+    let response_bytes = serde_json::to_vec(&response).expect("response serializes");
+    let status = if response.accepted == 0 && response.rejected_count > 0 {
+        StatusCode::UNPROCESSABLE_ENTITY
+    } else {
+        StatusCode::OK
+    };
+
+    let mut replayed = false;
+    if response.accepted > 0 {
+        let counts = batch::kind_counts(&validated.events);
+        let append = AppendBatch {
+            idempotency: idempotency_key.map(|key| Idempotency {
+                key,
+                response: response_bytes.clone(),
+            }),
+            events: validated.events,
+        };
+        match state.log.append(append).await {
+            Ok(AppendOutcome::Appended { .. }) => batch::count_accepted(counts),
+            Ok(AppendOutcome::Duplicate { response }) => {
+                metrics::counter!(tm::INGEST_IDEMPOTENT_REPLAYS).increment(1);
+                replayed = true;
+                return Ok(json_response(StatusCode::OK, response, replayed));
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "event log append failed");
+                return Err(IngestError::LogUnavailable);
+            }
+        }
+    }
+    metrics::histogram!(tm::INGEST_BATCH_SECONDS).record(started.elapsed().as_secs_f64());
+    Ok(json_response(status, response_bytes, replayed))
+}
+
+fn json_response(status: StatusCode, body: Vec<u8>, replayed: bool) -> Response {
+    metrics::counter!(tm::INGEST_RESPONSES, "status" => status.as_str().to_string()).increment(1);
+    let mut r = (status, [(header::CONTENT_TYPE, "application/json")], body).into_response();
+    if replayed {
+        r.headers_mut()
+            .insert("idempotent-replayed", HeaderValue::from_static("true"));
+    }
+    r
+}
+
+fn authorize(headers: &HeaderMap, token: &str) -> Result<(), IngestError> {
+    let sent = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .ok_or(IngestError::Unauthorized)?;
+    // Constant time: the comparison must not reveal how much of a guess matched.
+    if bool::from(sent.as_bytes().ct_eq(token.as_bytes())) {
+        Ok(())
+    } else {
+        Err(IngestError::Unauthorized)
+    }
+}
+
+fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, IngestError> {
+    let Some(value) = headers.get("idempotency-key") else {
+        return Ok(None);
+    };
+    let key = value.to_str().map_err(|_| IngestError::BadIdempotencyKey)?;
+    if key.is_empty() || key.len() > 200 || !key.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(IngestError::BadIdempotencyKey);
+    }
+    Ok(Some(key.to_string()))
+}
+
+/// The body as sent, or gunzipped when `Content-Encoding: gzip`; the
+/// decompressed size is bounded too (a small gzip can expand enormously).
+fn decode_body(headers: &HeaderMap, body: Bytes, max: usize) -> Result<Bytes, IngestError> {
+    let gzip = headers
+        .get(header::CONTENT_ENCODING)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
+    if !gzip {
+        return Ok(body);
+    }
+    let mut out = Vec::with_capacity(body.len() * 4);
+    let mut decoder = flate2::read::GzDecoder::new(&body[..]).take(max as u64 + 1);
+    decoder
+        .read_to_end(&mut out)
+        .map_err(|e| IngestError::BadEncoding(e.to_string()))?;
+    if out.len() > max {
+        return Err(IngestError::TooLarge(max));
+    }
+    Ok(out.into())
+}

@@ -1,0 +1,12 @@
+//! The projector: consumes the event log and keeps the read tables current.
+//!
+//! - [`rollup`]: the pure engine — folds events into bucket rows at every
+//!   resolution, skipping events a row already holds.
+//! - [`runner`]: the loop — poll the log, load the rows a batch touches, fold,
+//!   write rows and consumed position together, commit.
+
+pub mod rollup;
+pub mod runner;
+
+pub use rollup::Rollup;
+pub use runner::{ConsumerSource, EmbeddedSource, Projector};

@@ -1,0 +1,150 @@
+//! UTC timestamps as milliseconds since the Unix epoch.
+//!
+//! Pipelines send `ts` either as ISO 8601 text or as Unix seconds (integer or
+//! fractional); the API accepts the same for `start_ts`/`end_ts`. Everything
+//! inside Hindsight is an `i64` of milliseconds: cheap to compare, exact to
+//! bucket, and the precision the ingest format promises.
+
+use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
+
+/// Milliseconds since 1970-01-01T00:00:00Z.
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, bincode::Encode, bincode::Decode,
+)]
+pub struct Timestamp(pub i64);
+
+/// Earliest accepted instant (2000-01-01): older values are almost always a
+/// unit mistake (milliseconds sent as seconds, or a zero default).
+pub const MIN_MS: i64 = 946_684_800_000;
+/// Latest accepted instant (2100-01-01).
+pub const MAX_MS: i64 = 4_102_444_800_000;
+
+impl Timestamp {
+    pub fn now() -> Self {
+        Timestamp(Utc::now().timestamp_millis())
+    }
+
+    pub fn from_secs(secs: i64) -> Self {
+        Timestamp(secs * 1000)
+    }
+
+    pub fn millis(self) -> i64 {
+        self.0
+    }
+
+    /// Parses ISO 8601 (`2025-09-01T00:00:30Z`, with offset, without zone as
+    /// UTC, or a bare date) or Unix seconds (`1756684830`, `1756684830.25`).
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let text = text.trim();
+        if text.is_empty() {
+            return Err("empty timestamp".into());
+        }
+        if let Ok(secs) = text.parse::<f64>() {
+            return Self::from_unix_seconds(secs);
+        }
+        parse_iso(text)
+            .map(|dt| Timestamp(dt.timestamp_millis()))
+            .ok_or_else(|| format!("`{text}` is neither ISO 8601 nor Unix seconds"))
+            .and_then(Self::checked)
+    }
+
+    /// Unix seconds with a fractional part; millisecond precision is kept.
+    pub fn from_unix_seconds(secs: f64) -> Result<Self, String> {
+        if !secs.is_finite() {
+            return Err("timestamp is not a finite number".into());
+        }
+        Self::checked(Timestamp((secs * 1000.0).round() as i64))
+    }
+
+    fn checked(self) -> Result<Self, String> {
+        if (MIN_MS..MAX_MS).contains(&self.0) {
+            Ok(self)
+        } else {
+            Err(format!(
+                "timestamp {} is outside 2000-01-01..2100-01-01 (Unix seconds expected, not milliseconds)",
+                self.to_rfc3339()
+            ))
+        }
+    }
+
+    /// ISO 8601 in UTC with a `Z`; milliseconds shown only when non-zero.
+    pub fn to_rfc3339(self) -> String {
+        match DateTime::<Utc>::from_timestamp_millis(self.0) {
+            Some(dt) if self.0 % 1000 == 0 => dt.to_rfc3339_opts(SecondsFormat::Secs, true),
+            Some(dt) => dt.to_rfc3339_opts(SecondsFormat::Millis, true),
+            None => self.0.to_string(),
+        }
+    }
+}
+
+impl std::fmt::Display for Timestamp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.to_rfc3339())
+    }
+}
+
+fn parse_iso(text: &str) -> Option<DateTime<Utc>> {
+    if let Ok(dt) = DateTime::parse_from_rfc3339(text) {
+        return Some(dt.with_timezone(&Utc));
+    }
+    // RFC 3339 with a space instead of `T`, and zone-less forms, are common in
+    // pipeline output; a missing zone means UTC (SPEC §1: all timestamps UTC).
+    let with_t = text.replacen(' ', "T", 1);
+    if let Ok(dt) = DateTime::parse_from_rfc3339(&with_t) {
+        return Some(dt.with_timezone(&Utc));
+    }
+    for fmt in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%dT%H:%M"] {
+        if let Ok(naive) = NaiveDateTime::parse_from_str(&with_t, fmt) {
+            return Some(naive.and_utc());
+        }
+    }
+    NaiveDate::parse_from_str(text, "%Y-%m-%d")
+        .ok()
+        .and_then(|d| d.and_hms_opt(0, 0, 0))
+        .map(|n| n.and_utc())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_accepted_form_to_the_same_instant() {
+        let want = Timestamp(1_756_684_830_000); // 2025-09-01T00:00:30Z
+        for text in [
+            "2025-09-01T00:00:30Z",
+            "2025-09-01T00:00:30.000Z",
+            "2025-09-01T02:00:30+02:00",
+            "2025-09-01 00:00:30Z",
+            "2025-09-01T00:00:30",
+            "1756684830",
+            "1756684830.0",
+        ] {
+            assert_eq!(Timestamp::parse(text), Ok(want), "{text}");
+        }
+        assert_eq!(
+            Timestamp::parse("2025-09-01"),
+            Ok(Timestamp(1_756_684_800_000))
+        );
+    }
+
+    #[test]
+    fn keeps_milliseconds_and_prints_utc() {
+        let ts = Timestamp::parse("1756684830.123").unwrap();
+        assert_eq!(ts, Timestamp(1_756_684_830_123));
+        assert_eq!(ts.to_rfc3339(), "2025-09-01T00:00:30.123Z");
+        assert_eq!(
+            Timestamp(1_756_684_800_000).to_rfc3339(),
+            "2025-09-01T00:00:00Z"
+        );
+    }
+
+    #[test]
+    fn refuses_garbage_and_milliseconds_sent_as_seconds() {
+        assert!(Timestamp::parse("yesterday").is_err());
+        assert!(Timestamp::parse("").is_err());
+        assert!(Timestamp::parse("2025-13-01T00:00:00Z").is_err());
+        let err = Timestamp::parse("1756684830000").unwrap_err();
+        assert!(err.contains("outside"), "{err}");
+    }
+}

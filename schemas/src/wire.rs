@@ -1,0 +1,526 @@
+//! The ingest wire format and every validation rule.
+//!
+//! Pipelines send one JSON object per line (NDJSON). Each line names its
+//! `kind`; fields beyond the ones a kind uses are allowed and ignored, so
+//! producers can add their own. [`parse_line`] turns one line into a
+//! validated [`Event`] or a reason that names the field and what is wrong
+//! with it — ingest reports that reason next to the line number.
+
+use crate::event::*;
+use crate::time::Timestamp;
+use crate::MAX_ID_LEN;
+use serde::de::{self, Deserializer, Visitor};
+use serde::Deserialize;
+
+/// One line as sent. Everything is optional here; [`parse_line`] checks
+/// which fields the line's kind requires, so the message can name them.
+#[derive(Deserialize, Default)]
+struct WireLine {
+    kind: Option<String>,
+    market_id: Option<String>,
+    token_id: Option<String>,
+    ts: Option<WireTs>,
+    p: Option<f64>,
+    bids: Option<Vec<[f64; 2]>>,
+    asks: Option<Vec<[f64; 2]>>,
+    volume: Option<f64>,
+    liquidity: Option<f64>,
+    spread: Option<f64>,
+    id: Option<String>,
+    slug: Option<String>,
+    title: Option<String>,
+    series_id: Option<String>,
+    event_id: Option<String>,
+    question: Option<String>,
+    description: Option<String>,
+    status: Option<String>,
+    tags: Option<Vec<String>>,
+    start_date: Option<WireTs>,
+    end_date: Option<WireTs>,
+    closed_at: Option<WireTs>,
+    created_at: Option<WireTs>,
+    updated_at: Option<WireTs>,
+    resolved_token_id: Option<String>,
+    resolved_token_label: Option<String>,
+    tokens: Option<Vec<WireToken>>,
+}
+
+#[derive(Deserialize)]
+struct WireToken {
+    id: String,
+    label: String,
+}
+
+/// A timestamp as ISO 8601 text or Unix seconds (number or numeric text).
+struct WireTs(Timestamp);
+
+impl<'de> Deserialize<'de> for WireTs {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl Visitor<'_> for V {
+            type Value = WireTs;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("an ISO 8601 timestamp or Unix seconds")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<WireTs, E> {
+                Timestamp::parse(v).map(WireTs).map_err(E::custom)
+            }
+            fn visit_i64<E: de::Error>(self, v: i64) -> Result<WireTs, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_u64<E: de::Error>(self, v: u64) -> Result<WireTs, E> {
+                self.visit_f64(v as f64)
+            }
+            fn visit_f64<E: de::Error>(self, v: f64) -> Result<WireTs, E> {
+                Timestamp::from_unix_seconds(v)
+                    .map(WireTs)
+                    .map_err(E::custom)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Parses and validates one NDJSON line. `now` fills `created_at` and
+/// `updated_at` of catalog records that omit them, so that the log (and any
+/// replay of it) carries a definite version for every record.
+pub fn parse_line(line: &str, now: Timestamp) -> Result<Event, String> {
+    let wire: WireLine = match serde_json::from_str(line) {
+        Ok(w) => w,
+        Err(_) => return Err(explain_json_error(line)),
+    };
+    let kind_text = wire.kind.as_deref().ok_or("missing field `kind`")?;
+    let kind = EventKind::parse(kind_text).ok_or_else(|| {
+        format!(
+            "unknown kind `{}`: expected one of price, book, metrics, series, event, market",
+            truncate(kind_text)
+        )
+    })?;
+    let mut f = Fields { w: wire, kind };
+    let event = match kind {
+        EventKind::Price => {
+            let p = f.number("p")?;
+            if !(0.0..=1.0).contains(&p) {
+                return Err(format!("field `p`: {p} is not a probability in [0, 1]"));
+            }
+            Event::Price(PriceTick {
+                market_id: f.id("market_id")?,
+                token_id: f.id("token_id")?,
+                ts: f.ts("ts")?,
+                p,
+            })
+        }
+        EventKind::Book => Event::Book(BookSnapshot {
+            market_id: f.id("market_id")?,
+            token_id: f.id("token_id")?,
+            ts: f.ts("ts")?,
+            bids: book_side("bids", f.w.bids.take(), Side::Bids)?,
+            asks: book_side("asks", f.w.asks.take(), Side::Asks)?,
+        }),
+        EventKind::Metrics => Event::Metrics(MetricsSample {
+            market_id: f.id("market_id")?,
+            ts: f.ts("ts")?,
+            volume: f.non_negative("volume")?,
+            liquidity: f.non_negative("liquidity")?,
+            spread: f.non_negative("spread")?,
+        }),
+        EventKind::Series => {
+            let (created_at, updated_at) = f.versions(now);
+            Event::Series(SeriesRecord {
+                id: f.id("id")?,
+                slug: f.id("slug")?,
+                title: f.text("title")?,
+                tags: f.tags()?,
+                status: f.w.status.take(),
+                start_date: f.w.start_date.take().map(|t| t.0),
+                end_date: f.w.end_date.take().map(|t| t.0),
+                created_at,
+                updated_at,
+            })
+        }
+        EventKind::Event => {
+            let (created_at, updated_at) = f.versions(now);
+            Event::Event(EventRecord {
+                id: f.id("id")?,
+                slug: f.id("slug")?,
+                series_id: f.optional_id("series_id")?,
+                title: f.text("title")?,
+                tags: f.tags()?,
+                status: f.w.status.take(),
+                start_date: f.w.start_date.take().map(|t| t.0),
+                end_date: f.w.end_date.take().map(|t| t.0),
+                created_at,
+                updated_at,
+            })
+        }
+        EventKind::Market => {
+            let (created_at, updated_at) = f.versions(now);
+            let tokens = f.tokens()?;
+            let (resolved_token_id, resolved_token_label) = resolution_of(&mut f.w, &tokens)?;
+            Event::Market(MarketRecord {
+                id: f.id("id")?,
+                slug: f.id("slug")?,
+                event_id: f.optional_id("event_id")?,
+                question: f.w.question.take(),
+                description: f.w.description.take(),
+                status: f.text("status")?,
+                start_date: f.w.start_date.take().map(|t| t.0),
+                end_date: f.w.end_date.take().map(|t| t.0),
+                closed_at: f.w.closed_at.take().map(|t| t.0),
+                resolved_token_id,
+                resolved_token_label,
+                tokens,
+                created_at,
+                updated_at,
+            })
+        }
+    };
+    Ok(event)
+}
+
+/// Re-parses a line that failed the fast path, tracking the field path so
+/// the reason names the field (`field `p`: invalid type: string "x" …`).
+fn explain_json_error(line: &str) -> String {
+    let de = &mut serde_json::Deserializer::from_str(line);
+    match serde_path_to_error::deserialize::<_, WireLine>(de) {
+        Ok(_) => "malformed JSON".into(),
+        Err(err) => {
+            let path = err.path().to_string();
+            let inner = err.into_inner();
+            if inner.is_data() && path != "." {
+                format!("field `{path}`: {inner}")
+            } else {
+                format!("malformed JSON: {inner}")
+            }
+        }
+    }
+}
+
+struct Fields {
+    w: WireLine,
+    kind: EventKind,
+}
+
+impl Fields {
+    fn missing(&self, name: &str) -> String {
+        format!(
+            "missing field `{name}` (required for kind `{}`)",
+            self.kind.as_str()
+        )
+    }
+
+    fn slot(&mut self, name: &str) -> Option<String> {
+        match name {
+            "market_id" => self.w.market_id.take(),
+            "token_id" => self.w.token_id.take(),
+            "id" => self.w.id.take(),
+            "slug" => self.w.slug.take(),
+            "title" => self.w.title.take(),
+            "status" => self.w.status.take(),
+            "series_id" => self.w.series_id.take(),
+            "event_id" => self.w.event_id.take(),
+            _ => unreachable!("no string field {name}"),
+        }
+    }
+
+    fn id(&mut self, name: &str) -> Result<String, String> {
+        let value = self.slot(name).ok_or_else(|| self.missing(name))?;
+        check_id(name, &value)?;
+        Ok(value)
+    }
+
+    fn optional_id(&mut self, name: &str) -> Result<Option<String>, String> {
+        match self.slot(name) {
+            Some(v) => check_id(name, &v).map(|_| Some(v)),
+            None => Ok(None),
+        }
+    }
+
+    fn text(&mut self, name: &str) -> Result<String, String> {
+        let value = self.slot(name).ok_or_else(|| self.missing(name))?;
+        if value.trim().is_empty() {
+            return Err(format!("field `{name}` is empty"));
+        }
+        Ok(value)
+    }
+
+    fn number(&mut self, name: &str) -> Result<f64, String> {
+        let value = match name {
+            "p" => self.w.p,
+            "volume" => self.w.volume,
+            "liquidity" => self.w.liquidity,
+            "spread" => self.w.spread,
+            _ => unreachable!("no number field {name}"),
+        }
+        .ok_or_else(|| self.missing(name))?;
+        if !value.is_finite() {
+            return Err(format!("field `{name}` is not a finite number"));
+        }
+        Ok(value)
+    }
+
+    fn non_negative(&mut self, name: &str) -> Result<f64, String> {
+        let value = self.number(name)?;
+        if value < 0.0 {
+            return Err(format!("field `{name}`: {value} is negative"));
+        }
+        Ok(value)
+    }
+
+    fn ts(&mut self, name: &str) -> Result<Timestamp, String> {
+        self.w
+            .ts
+            .take()
+            .map(|t| t.0)
+            .ok_or_else(|| self.missing(name))
+    }
+
+    fn versions(&mut self, now: Timestamp) -> (Timestamp, Timestamp) {
+        let updated = self.w.updated_at.take().map(|t| t.0);
+        let created = self.w.created_at.take().map(|t| t.0);
+        let updated = updated.or(created).unwrap_or(now);
+        (created.unwrap_or(updated), updated)
+    }
+
+    fn tags(&mut self) -> Result<Vec<String>, String> {
+        let tags = self.w.tags.take().unwrap_or_default();
+        for (i, tag) in tags.iter().enumerate() {
+            if tag.trim().is_empty() || tag.chars().count() > MAX_ID_LEN {
+                return Err(format!(
+                    "field `tags[{i}]` must be 1..{MAX_ID_LEN} non-blank characters"
+                ));
+            }
+        }
+        Ok(tags)
+    }
+
+    fn tokens(&mut self) -> Result<Vec<Token>, String> {
+        let wire = self.w.tokens.take().ok_or_else(|| self.missing("tokens"))?;
+        if wire.is_empty() {
+            return Err("field `tokens` is empty: a market needs at least one token".into());
+        }
+        let mut tokens: Vec<Token> = Vec::with_capacity(wire.len());
+        for (i, t) in wire.into_iter().enumerate() {
+            check_id(&format!("tokens[{i}].id"), &t.id)?;
+            if t.label.trim().is_empty() || t.label.chars().count() > MAX_ID_LEN {
+                return Err(format!(
+                    "field `tokens[{i}].label` must be 1..{MAX_ID_LEN} non-blank characters"
+                ));
+            }
+            if let Some(j) = tokens.iter().position(|o| o.id == t.id) {
+                return Err(format!("field `tokens[{i}].id` repeats tokens[{j}].id"));
+            }
+            // Labels key the market-level responses (label -> points).
+            if let Some(j) = tokens.iter().position(|o| o.label == t.label) {
+                return Err(format!(
+                    "field `tokens[{i}].label` repeats tokens[{j}].label"
+                ));
+            }
+            tokens.push(Token {
+                id: t.id,
+                label: t.label,
+            });
+        }
+        Ok(tokens)
+    }
+}
+
+/// The winning token must be one of the market's tokens; its label is taken
+/// from the token list when the line gives only the id.
+fn resolution_of(
+    w: &mut WireLine,
+    tokens: &[Token],
+) -> Result<(Option<String>, Option<String>), String> {
+    match (w.resolved_token_id.take(), w.resolved_token_label.take()) {
+        (None, None) => Ok((None, None)),
+        (None, Some(_)) => {
+            Err("field `resolved_token_label` is set but `resolved_token_id` is not".into())
+        }
+        (Some(id), label) => {
+            let token = tokens.iter().find(|t| t.id == id).ok_or_else(|| {
+                format!(
+                    "field `resolved_token_id`: `{}` is not one of the market's tokens",
+                    truncate(&id)
+                )
+            })?;
+            if let Some(label) = &label {
+                if *label != token.label {
+                    return Err(format!(
+                        "field `resolved_token_label`: `{}` is not the label of token `{}` (`{}`)",
+                        truncate(label),
+                        token.id,
+                        token.label
+                    ));
+                }
+            }
+            Ok((Some(id), Some(token.label.clone())))
+        }
+    }
+}
+
+/// Ids become URL path segments (`/v1/tokens/{id}/prices`): 1..200
+/// characters, no `/`, no whitespace or control characters.
+pub fn check_id(name: &str, value: &str) -> Result<(), String> {
+    let len = value.chars().count();
+    if len == 0 {
+        return Err(format!("field `{name}` is empty"));
+    }
+    if len > MAX_ID_LEN {
+        return Err(format!(
+            "field `{name}` is {len} characters long; at most {MAX_ID_LEN} are allowed"
+        ));
+    }
+    if let Some(c) = value
+        .chars()
+        .find(|c| *c == '/' || c.is_whitespace() || c.is_control())
+    {
+        return Err(format!(
+            "field `{name}` contains {c:?}; ids may not contain '/', whitespace or control characters"
+        ));
+    }
+    Ok(())
+}
+
+#[derive(Clone, Copy)]
+enum Side {
+    Bids,
+    Asks,
+}
+
+/// Levels must be finite, prices in `[0, 1]`, sizes `>= 0`, and best first:
+/// bids strictly descending by price, asks strictly ascending.
+fn book_side(
+    name: &str,
+    levels: Option<Vec<[f64; 2]>>,
+    side: Side,
+) -> Result<Vec<BookLevel>, String> {
+    let levels =
+        levels.ok_or_else(|| format!("missing field `{name}` (required for kind `book`)"))?;
+    let mut out: Vec<BookLevel> = Vec::with_capacity(levels.len());
+    for (i, [price, size]) in levels.into_iter().enumerate() {
+        if !price.is_finite() || !(0.0..=1.0).contains(&price) {
+            return Err(format!(
+                "field `{name}[{i}]`: price {price} is not in [0, 1]"
+            ));
+        }
+        if !size.is_finite() || size < 0.0 {
+            return Err(format!(
+                "field `{name}[{i}]`: size {size} is negative or not finite"
+            ));
+        }
+        if let Some(prev) = out.last() {
+            let best_first = match side {
+                Side::Bids => price < prev.price,
+                Side::Asks => price > prev.price,
+            };
+            if !best_first {
+                let order = match side {
+                    Side::Bids => "descending",
+                    Side::Asks => "ascending",
+                };
+                return Err(format!(
+                    "field `{name}` is not best first: level {i} price {price} after {} (must be strictly {order})",
+                    prev.price
+                ));
+            }
+        }
+        out.push(BookLevel { price, size });
+    }
+    Ok(out)
+}
+
+fn truncate(s: &str) -> String {
+    if s.chars().count() <= 40 {
+        s.to_string()
+    } else {
+        format!("{}…", s.chars().take(40).collect::<String>())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: Timestamp = Timestamp(1_760_000_000_000);
+
+    fn err(line: &str) -> String {
+        parse_line(line, NOW).expect_err(line)
+    }
+
+    #[test]
+    fn parses_every_kind_of_the_documented_format() {
+        let e = parse_line(
+            r#"{"kind":"price","market_id":"m1","token_id":"t1","ts":"2025-09-01T00:00:30Z","p":0.42,"extra":1}"#,
+            NOW,
+        )
+        .unwrap();
+        assert_eq!(
+            e,
+            Event::Price(PriceTick {
+                market_id: "m1".into(),
+                token_id: "t1".into(),
+                ts: Timestamp(1_756_684_830_000),
+                p: 0.42
+            })
+        );
+        let book = parse_line(
+            r#"{"kind":"book","market_id":"m1","token_id":"t1","ts":1756684830.5,"bids":[[0.41,100.0],[0.40,5]],"asks":[[0.43,50.0]]}"#,
+            NOW,
+        )
+        .unwrap();
+        let Event::Book(b) = book else { panic!() };
+        assert_eq!(b.ts, Timestamp(1_756_684_830_500));
+        assert_eq!(b.bids.len(), 2);
+        let m = parse_line(
+            r#"{"kind":"market","id":"m1","slug":"will-it","event_id":"e1","question":"Will it?","status":"open","tokens":[{"id":"t1","label":"Yes"},{"id":"t2","label":"No"}],"resolved_token_id":"t1","start_date":"2025-08-01","end_date":null}"#,
+            NOW,
+        )
+        .unwrap();
+        let Event::Market(m) = m else { panic!() };
+        assert_eq!(m.resolved_token_label.as_deref(), Some("Yes"));
+        assert_eq!((m.created_at, m.updated_at), (NOW, NOW));
+        assert!(parse_line(r#"{"kind":"metrics","market_id":"m1","ts":1756684830,"volume":10,"liquidity":5.5,"spread":0.01}"#, NOW).is_ok());
+        assert!(parse_line(
+            r#"{"kind":"series","id":"s1","slug":"s","title":"S","tags":["a"]}"#,
+            NOW
+        )
+        .is_ok());
+        assert!(parse_line(r#"{"kind":"event","id":"e1","slug":"e","title":"E","series_id":"s1","updated_at":"2025-09-01T00:00:00Z"}"#, NOW).is_ok());
+    }
+
+    #[test]
+    fn refuses_bad_input_naming_field_and_reason() {
+        assert!(err("{not json").starts_with("malformed JSON"));
+        assert!(err(r#"{"kind":"trade"}"#).contains("unknown kind `trade`"));
+        assert!(err(r#"{"market_id":"m"}"#).contains("missing field `kind`"));
+        let base = r#""kind":"price","market_id":"m1","token_id":"t1","ts":"2025-09-01T00:00:30Z""#;
+        assert!(
+            err(&format!("{{{base},\"p\":1.5}}")).contains("field `p`: 1.5 is not a probability")
+        );
+        assert!(err(&format!("{{{base},\"p\":NaN}}")).starts_with("malformed JSON"));
+        assert!(err(&format!("{{{base},\"p\":\"0.5\"}}")).starts_with("field `p`: invalid type"));
+        assert!(err(&format!("{{{base}}}")).contains("missing field `p`"));
+        let empty = r#"{"kind":"price","market_id":"","token_id":"t1","ts":1756684830,"p":0.5}"#;
+        assert!(err(empty).contains("field `market_id` is empty"));
+        let long = format!(
+            r#"{{"kind":"price","market_id":"m1","token_id":"{}","ts":1756684830,"p":0.5}}"#,
+            "x".repeat(201)
+        );
+        assert!(err(&long).contains("`token_id` is 201 characters long"));
+        let bad_ts =
+            r#"{"kind":"price","market_id":"m1","token_id":"t1","ts":"yesterday","p":0.5}"#;
+        assert!(err(bad_ts).starts_with("field `ts`:"), "{}", err(bad_ts));
+        let not_best = r#"{"kind":"book","market_id":"m1","token_id":"t1","ts":1756684830,"bids":[[0.40,1],[0.41,1]],"asks":[]}"#;
+        assert!(err(not_best).contains("`bids` is not best first"));
+        let asks = r#"{"kind":"book","market_id":"m1","token_id":"t1","ts":1756684830,"bids":[],"asks":[[0.5,1],[0.5,2]]}"#;
+        assert!(err(asks).contains("strictly ascending"));
+        let neg = r#"{"kind":"book","market_id":"m1","token_id":"t1","ts":1756684830,"bids":[[0.4,-1]],"asks":[]}"#;
+        assert!(err(neg).contains("size -1 is negative"));
+        let dup = r#"{"kind":"market","id":"m1","slug":"s","status":"open","tokens":[{"id":"t1","label":"Yes"},{"id":"t2","label":"Yes"}]}"#;
+        assert!(err(dup).contains("`tokens[1].label` repeats"));
+        let wrong = r#"{"kind":"market","id":"m1","slug":"s","status":"open","tokens":[{"id":"t1","label":"Yes"}],"resolved_token_id":"t9"}"#;
+        assert!(err(wrong).contains("not one of the market's tokens"));
+        let slash = r#"{"kind":"event","id":"a/b","slug":"s","title":"t"}"#;
+        assert!(err(slash).contains("may not contain '/'"));
+    }
+}

@@ -1,0 +1,172 @@
+//! The read store interface: bucket rows, catalog and API keys.
+//!
+//! The projector is the single writer of bucket rows (one owner per log
+//! partition); it loads the rows a batch touches, folds the batch into them
+//! and writes whole rows back together with the log positions they derive
+//! from ([`ProjectionStore::apply`]). Each row carries the offset of the last
+//! event folded into it, so a re-delivered event is recognised and skipped:
+//! replays leave every table as if each event were applied once.
+
+use crate::{Position, Result};
+use async_trait::async_trait;
+use hindsight_schemas::{Event, MarketRecord, Resolution, Timestamp};
+
+/// The three bucket tables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Table {
+    /// Per token: average probability.
+    Prices,
+    /// Per market: average volume, liquidity and spread.
+    Metrics,
+    /// Per token: the last snapshot in the bucket.
+    Books,
+}
+
+impl Table {
+    pub const ALL: [Table; 3] = [Table::Prices, Table::Metrics, Table::Books];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Table::Prices => "prices",
+            Table::Metrics => "metrics",
+            Table::Books => "books",
+        }
+    }
+}
+
+/// Identity of one bucket row. `id` is a token id (prices, books) or a
+/// market id (metrics).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct RowKey {
+    pub table: Table,
+    pub id: String,
+    pub res: Resolution,
+    pub bucket: Timestamp,
+}
+
+/// The stored state of a bucket. Averages are kept as sums and a count —
+/// never a running average — so that folding more events is exact.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RowValue {
+    Price {
+        sum: f64,
+        count: u64,
+    },
+    Metrics {
+        volume_sum: f64,
+        liquidity_sum: f64,
+        spread_sum: f64,
+        count: u64,
+    },
+    /// The latest snapshot: greatest `(ts, offset)`. Levels are stored as
+    /// their JSON text (`[[price,size],…]`), which is what the API serves.
+    Book {
+        ts: Timestamp,
+        offset: u64,
+        bids: String,
+        asks: String,
+    },
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Row {
+    pub key: RowKey,
+    pub value: RowValue,
+    /// Offset of the last event folded into this row (in the row's partition).
+    pub last_offset: u64,
+}
+
+/// One durable step of the projector: rows, catalog upserts and the position
+/// up to which the log has been consumed, applied atomically where the
+/// backend can (embedded), or rows first and positions last (distributed).
+#[derive(Debug, Default)]
+pub struct ProjectionWrite {
+    pub rows: Vec<Row>,
+    /// Catalog records in log order; the latest `(updated_at, offset)` wins.
+    pub catalog: Vec<(Position, Event)>,
+    /// Per partition, the last position consumed.
+    pub consumed: Vec<Position>,
+}
+
+#[async_trait]
+pub trait ProjectionStore: Send + Sync {
+    /// Per partition, the position after the last consumed event.
+    async fn committed(&self) -> Result<Vec<Position>>;
+    /// The stored rows among `keys` (missing rows are simply absent).
+    async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>>;
+    async fn apply(&self, write: ProjectionWrite) -> Result<()>;
+    /// Drops every read table and consumed position (for `rebuild`).
+    async fn reset(&self) -> Result<()>;
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct PricePoint {
+    pub t: Timestamp,
+    pub p: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct MetricsPoint {
+    pub t: Timestamp,
+    pub volume: f64,
+    pub liquidity: f64,
+    pub spread: f64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct BookPoint {
+    pub t: Timestamp,
+    /// JSON text of `[[price, size], …]`, best first.
+    pub bids: String,
+    pub asks: String,
+}
+
+/// A range read: buckets with `start <= t < end`, chronological, at most
+/// `limit`. Paging continues from the last returned bucket plus one.
+#[derive(Debug, Clone, Copy)]
+pub struct Range {
+    pub res: Resolution,
+    pub start: Timestamp,
+    pub end: Timestamp,
+    pub limit: usize,
+}
+
+/// Where a token belongs.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenRef {
+    pub token_id: String,
+    pub market_id: String,
+    pub label: String,
+}
+
+/// What the API reads. Every method answers from precomputed buckets or the
+/// projected catalog; nothing aggregates raw events.
+#[async_trait]
+pub trait ReadStore: Send + Sync {
+    async fn prices(&self, token_id: &str, range: Range) -> Result<Vec<PricePoint>>;
+    async fn metrics(&self, market_id: &str, range: Range) -> Result<Vec<MetricsPoint>>;
+    async fn books(&self, token_id: &str, range: Range) -> Result<Vec<BookPoint>>;
+    async fn token(&self, token_id: &str) -> Result<Option<TokenRef>>;
+    /// A market by id, or else by slug.
+    async fn market(&self, id_or_slug: &str) -> Result<Option<MarketRecord>>;
+}
+
+/// A stored API key: only its hash is kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiKeyRecord {
+    /// Short public handle (`hs_ab12cd34`) used by `keys list/revoke`.
+    pub key_id: String,
+    pub hash: [u8; 32],
+    pub organization: String,
+    pub plan: String,
+    pub created_at: Timestamp,
+    pub revoked_at: Option<Timestamp>,
+}
+
+#[async_trait]
+pub trait KeyStore: Send + Sync {
+    /// Inserts or replaces the key with this `key_id`.
+    async fn put_key(&self, key: ApiKeyRecord) -> Result<()>;
+    async fn key_by_hash(&self, hash: [u8; 32]) -> Result<Option<ApiKeyRecord>>;
+    async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>>;
+}

@@ -1,0 +1,274 @@
+//! The embedded event log: batches of envelopes in `log.db`.
+//!
+//! One row per appended batch (`first_offset`, `count`, `payload`), where the
+//! payload is the batch's envelopes, each prefixed by its length (u32 LE).
+//! Offsets are dense: event `i` of a batch has offset `first_offset + i`. A
+//! row per batch rather than per event makes an append one small B-tree
+//! insert and one fsync, whatever the batch size.
+
+use super::{blocking, open, Durability};
+use crate::log::*;
+use crate::{Result, StoreError};
+use async_trait::async_trait;
+use hindsight_schemas::{codec, Timestamp};
+use hindsight_telemetry as tm;
+use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
+use std::collections::VecDeque;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS log_batches (
+    first_offset INTEGER PRIMARY KEY,
+    count        INTEGER NOT NULL,
+    appended_at  INTEGER NOT NULL,
+    payload      BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS idempotency (
+    key          TEXT PRIMARY KEY,
+    first_offset INTEGER NOT NULL,
+    response     BLOB NOT NULL,
+    created_at   INTEGER NOT NULL
+);
+";
+
+/// How long an idempotency key is remembered.
+const IDEMPOTENCY_TTL_MS: i64 = 24 * 3600 * 1000;
+
+pub struct SqliteLog {
+    writer: Arc<Mutex<Connection>>,
+    path: std::path::PathBuf,
+    /// Offset after the newest event this process knows of; wakes in-process
+    /// consumers immediately after an append.
+    head: watch::Sender<u64>,
+}
+
+impl SqliteLog {
+    pub fn open(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::Other(format!("{}: {e}", dir.display())))?;
+        let path = dir.join(super::LOG_FILE);
+        let conn = open(&path, Durability::Full)?;
+        conn.execute_batch(SCHEMA)?;
+        let head = next_offset(&conn)?;
+        metrics::gauge!(tm::LOG_HEAD, "partition" => "0").set(head as f64);
+        Ok(SqliteLog {
+            writer: Arc::new(Mutex::new(conn)),
+            path,
+            head: watch::Sender::new(head),
+        })
+    }
+
+    /// A consumer starting at `from` (the position after the last consumed
+    /// event), with its own connection.
+    pub fn consumer(&self, from: u64) -> Result<SqliteConsumer> {
+        Ok(SqliteConsumer {
+            conn: Arc::new(Mutex::new(open(&self.path, Durability::Full)?)),
+            next: from,
+            pending: VecDeque::new(),
+            head: self.head.subscribe(),
+        })
+    }
+
+    /// Offset after the newest event, read from the file (sees other
+    /// processes' appends too).
+    pub async fn head(&self) -> Result<u64> {
+        let conn = self.writer.clone();
+        blocking(move || next_offset(&conn.lock().unwrap())).await
+    }
+}
+
+fn next_offset(conn: &Connection) -> Result<u64> {
+    let next: Option<i64> = conn
+        .query_row(
+            "SELECT first_offset + count FROM log_batches ORDER BY first_offset DESC LIMIT 1",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    Ok(next.unwrap_or(0) as u64)
+}
+
+#[async_trait]
+impl EventLog for SqliteLog {
+    async fn append(&self, batch: AppendBatch) -> Result<AppendOutcome> {
+        let conn = self.writer.clone();
+        let started = Instant::now();
+        let (outcome, head) = blocking(move || {
+            let mut payload = Vec::with_capacity(batch.events.len() * 64);
+            let mut scratch = Vec::with_capacity(256);
+            for event in &batch.events {
+                scratch.clear();
+                codec::encode_into(event, &mut scratch);
+                payload.extend_from_slice(&(scratch.len() as u32).to_le_bytes());
+                payload.extend_from_slice(&scratch);
+            }
+            let now = Timestamp::now().millis();
+            let mut conn = conn.lock().unwrap();
+            // IMMEDIATE takes the write lock up front, so the next offset read
+            // below cannot race another process appending.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            if let Some(idem) = &batch.idempotency {
+                let seen: Option<Vec<u8>> = tx
+                    .query_row(
+                        "SELECT response FROM idempotency WHERE key = ?1 AND created_at > ?2",
+                        params![idem.key, now - IDEMPOTENCY_TTL_MS],
+                        |r| r.get(0),
+                    )
+                    .optional()?;
+                if let Some(response) = seen {
+                    return Ok((AppendOutcome::Duplicate { response }, None));
+                }
+            }
+            let first = next_offset(&tx)?;
+            let count = batch.events.len();
+            if count > 0 {
+                tx.prepare_cached(
+                    "INSERT INTO log_batches (first_offset, count, appended_at, payload) VALUES (?1, ?2, ?3, ?4)",
+                )?
+                .execute(params![first as i64, count as i64, now, payload])?;
+            }
+            if let Some(idem) = &batch.idempotency {
+                tx.execute(
+                    "INSERT OR REPLACE INTO idempotency (key, first_offset, response, created_at) VALUES (?1, ?2, ?3, ?4)",
+                    params![idem.key, first as i64, idem.response, now],
+                )?;
+                // Forget expired keys now and then, in the same transaction.
+                if first % 64 == 0 {
+                    tx.execute(
+                        "DELETE FROM idempotency WHERE created_at <= ?1",
+                        params![now - IDEMPOTENCY_TTL_MS],
+                    )?;
+                }
+            }
+            tx.commit()?;
+            Ok((AppendOutcome::Appended { count }, Some(first + count as u64)))
+        })
+        .await?;
+        metrics::histogram!(tm::LOG_APPEND_SECONDS).record(started.elapsed().as_secs_f64());
+        if let Some(head) = head {
+            self.head.send_replace(head);
+            metrics::gauge!(tm::LOG_HEAD, "partition" => "0").set(head as f64);
+        }
+        Ok(outcome)
+    }
+}
+
+/// Reads the embedded log in order from a position. Its position is not
+/// stored here: the projector keeps it in the read store, in the same
+/// transaction as the buckets.
+pub struct SqliteConsumer {
+    conn: Arc<Mutex<Connection>>,
+    next: u64,
+    /// Decoded events of the last batch row read, not yet handed out.
+    pending: VecDeque<Delivered>,
+    head: watch::Receiver<u64>,
+}
+
+impl SqliteConsumer {
+    /// Reads the batch rows holding `from` onwards, up to about `max` events.
+    fn read(conn: &Connection, from: u64, max: usize) -> Result<Vec<Delivered>> {
+        let mut stmt = conn.prepare_cached(
+            "SELECT first_offset, count, payload FROM log_batches
+             WHERE first_offset >= COALESCE((SELECT MAX(first_offset) FROM log_batches WHERE first_offset <= ?1), 0)
+             ORDER BY first_offset LIMIT 64",
+        )?;
+        let mut rows = stmt.query(params![from as i64])?;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let first = row.get::<_, i64>(0)? as u64;
+            let count = row.get::<_, i64>(1)? as u64;
+            let payload = row
+                .get_ref(2)?
+                .as_blob()
+                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+            decode_batch(first, count, payload, from, &mut out)?;
+            if out.len() >= max {
+                break;
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn decode_batch(
+    first: u64,
+    count: u64,
+    payload: &[u8],
+    from: u64,
+    out: &mut Vec<Delivered>,
+) -> Result<()> {
+    let mut rest = payload;
+    for i in 0..count {
+        let offset = first + i;
+        let Some((len, tail)) = rest.split_first_chunk::<4>() else {
+            return Err(StoreError::Corrupt(format!(
+                "log batch at {first} ends before event {offset}"
+            )));
+        };
+        let len = u32::from_le_bytes(*len) as usize;
+        if tail.len() < len {
+            return Err(StoreError::Corrupt(format!(
+                "log batch at {first}: event {offset} is truncated"
+            )));
+        }
+        let (bytes, tail) = tail.split_at(len);
+        rest = tail;
+        if offset < from {
+            continue;
+        }
+        match codec::decode(bytes) {
+            Ok(event) => out.push(Delivered {
+                position: Position {
+                    partition: 0,
+                    offset,
+                },
+                event,
+            }),
+            Err(e) => {
+                // Never silent: counted and logged with its position. The
+                // bytes stay in the log for a fixed decoder to replay.
+                metrics::counter!(tm::PROJECTOR_DECODE_ERRORS).increment(1);
+                tracing::error!(offset, error = %e, "undecodable event in log; skipped");
+            }
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl LogConsumer for SqliteConsumer {
+    async fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<Delivered>> {
+        if self.pending.is_empty() {
+            let conn = self.conn.clone();
+            let from = self.next;
+            let read =
+                blocking(move || SqliteConsumer::read(&conn.lock().unwrap(), from, max)).await?;
+            if read.is_empty() {
+                // Woken at once by an append in this process; other processes'
+                // appends are seen on the next poll, at most `wait` later.
+                let _ = tokio::time::timeout(wait, self.head.changed()).await;
+                return Ok(Vec::new());
+            }
+            self.pending.extend(read);
+        }
+        let n = self.pending.len().min(max);
+        let out: Vec<Delivered> = self.pending.drain(..n).collect();
+        if let Some(last) = out.last() {
+            self.next = last.position.offset + 1;
+        }
+        Ok(out)
+    }
+
+    async fn commit(&mut self, _upto: &[Position]) -> Result<()> {
+        Ok(())
+    }
+
+    async fn lag(&mut self) -> Result<Vec<(u32, u64)>> {
+        let conn = self.conn.clone();
+        let head = blocking(move || next_offset(&conn.lock().unwrap())).await?;
+        Ok(vec![(0, head.saturating_sub(self.next))])
+    }
+}

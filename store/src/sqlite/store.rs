@@ -1,0 +1,569 @@
+//! The embedded read store: bucket tables, catalog and API keys in `store.db`.
+
+use super::{blocking, open, Durability, Pool};
+use crate::read::*;
+use crate::{Position, Result, StoreError};
+use async_trait::async_trait;
+use hindsight_schemas::{codec, Event, MarketRecord, Timestamp};
+use hindsight_telemetry as tm;
+use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// Bumped when the layout below changes; recorded in `meta`.
+pub const SCHEMA_VERSION: i64 = 1;
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+
+-- Buckets. `res` is the resolution name ('1m', …), `bucket` its start in
+-- Unix milliseconds, `last_offset` the log offset of the last event folded in.
+CREATE TABLE IF NOT EXISTS price_buckets (
+    token_id TEXT NOT NULL, res TEXT NOT NULL, bucket INTEGER NOT NULL,
+    sum REAL NOT NULL, count INTEGER NOT NULL, last_offset INTEGER NOT NULL,
+    PRIMARY KEY (token_id, res, bucket)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS metric_buckets (
+    market_id TEXT NOT NULL, res TEXT NOT NULL, bucket INTEGER NOT NULL,
+    volume_sum REAL NOT NULL, liquidity_sum REAL NOT NULL, spread_sum REAL NOT NULL,
+    count INTEGER NOT NULL, last_offset INTEGER NOT NULL,
+    PRIMARY KEY (market_id, res, bucket)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS book_buckets (
+    token_id TEXT NOT NULL, res TEXT NOT NULL, bucket INTEGER NOT NULL,
+    ts INTEGER NOT NULL, snapshot_offset INTEGER NOT NULL,
+    bids TEXT NOT NULL, asks TEXT NOT NULL, last_offset INTEGER NOT NULL,
+    PRIMARY KEY (token_id, res, bucket)
+) WITHOUT ROWID;
+
+-- Per log partition, the offset after the last event the projector applied.
+CREATE TABLE IF NOT EXISTS consumed (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL);
+
+-- Catalog. `body` is the record in the log's own envelope encoding; the
+-- other columns exist to be filtered and sorted on. A record replaces the
+-- stored one only if its (updated_at, version_offset) is greater.
+CREATE TABLE IF NOT EXISTS series (
+    id TEXT PRIMARY KEY, slug TEXT NOT NULL, title TEXT NOT NULL, tags TEXT NOT NULL,
+    start_date INTEGER, end_date INTEGER, created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL, version_offset INTEGER NOT NULL, body BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS series_slug ON series (slug);
+CREATE TABLE IF NOT EXISTS events (
+    id TEXT PRIMARY KEY, slug TEXT NOT NULL, series_id TEXT, title TEXT NOT NULL, tags TEXT NOT NULL,
+    start_date INTEGER, end_date INTEGER, created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL, version_offset INTEGER NOT NULL, body BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_slug ON events (slug);
+CREATE INDEX IF NOT EXISTS events_series ON events (series_id);
+CREATE TABLE IF NOT EXISTS markets (
+    id TEXT PRIMARY KEY, slug TEXT NOT NULL, event_id TEXT, question TEXT, status TEXT NOT NULL,
+    start_date INTEGER, end_date INTEGER, created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL, version_offset INTEGER NOT NULL, body BLOB NOT NULL
+);
+CREATE INDEX IF NOT EXISTS markets_slug ON markets (slug);
+CREATE INDEX IF NOT EXISTS markets_event ON markets (event_id);
+CREATE TABLE IF NOT EXISTS tokens (
+    token_id TEXT PRIMARY KEY, market_id TEXT NOT NULL, label TEXT NOT NULL, ord INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tokens_market ON tokens (market_id);
+
+-- API keys: only a SHA-256 of the key is stored.
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id TEXT PRIMARY KEY, hash BLOB NOT NULL UNIQUE, organization TEXT NOT NULL,
+    plan TEXT NOT NULL, created_at INTEGER NOT NULL, revoked_at INTEGER
+);
+";
+
+/// Tables `reset` empties: everything derived from the log. Keys are not.
+const DERIVED_TABLES: &[&str] = &[
+    "price_buckets",
+    "metric_buckets",
+    "book_buckets",
+    "consumed",
+    "series",
+    "events",
+    "markets",
+    "tokens",
+];
+
+pub struct SqliteStore {
+    writer: Arc<Mutex<Connection>>,
+    readers: Arc<Pool>,
+}
+
+impl SqliteStore {
+    pub fn open(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::Other(format!("{}: {e}", dir.display())))?;
+        let path = dir.join(super::STORE_FILE);
+        let conn = open(&path, Durability::Normal)?;
+        conn.execute_batch(SCHEMA)?;
+        conn.execute(
+            "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
+            params![SCHEMA_VERSION.to_string()],
+        )?;
+        Ok(SqliteStore {
+            writer: Arc::new(Mutex::new(conn)),
+            readers: Arc::new(Pool::new(path, Durability::Normal)),
+        })
+    }
+
+    /// Runs a read on a pooled connection, timed and counted by `op`.
+    async fn read<R: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&Connection) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        let pool = self.readers.clone();
+        let started = Instant::now();
+        let out = blocking(move || pool.with(f)).await;
+        metrics::histogram!(tm::STORE_QUERY_SECONDS, "op" => op)
+            .record(started.elapsed().as_secs_f64());
+        if out.is_err() {
+            metrics::counter!(tm::STORE_ERRORS, "op" => op).increment(1);
+        }
+        out
+    }
+
+    async fn write<R: Send + 'static>(
+        &self,
+        op: &'static str,
+        f: impl FnOnce(&mut Connection) -> Result<R> + Send + 'static,
+    ) -> Result<R> {
+        let conn = self.writer.clone();
+        let started = Instant::now();
+        let out = blocking(move || f(&mut conn.lock().unwrap())).await;
+        metrics::histogram!(tm::STORE_QUERY_SECONDS, "op" => op)
+            .record(started.elapsed().as_secs_f64());
+        if out.is_err() {
+            metrics::counter!(tm::STORE_ERRORS, "op" => op).increment(1);
+        }
+        out
+    }
+}
+
+fn load_one(conn: &Connection, key: &RowKey) -> Result<Option<Row>> {
+    let k = params![key.id, key.res.as_str(), key.bucket.millis()];
+    let row = match key.table {
+        Table::Prices => conn
+            .prepare_cached("SELECT sum, count, last_offset FROM price_buckets WHERE token_id=?1 AND res=?2 AND bucket=?3")?
+            .query_row(k, |r| {
+                Ok((RowValue::Price { sum: r.get(0)?, count: r.get::<_, i64>(1)? as u64 }, r.get::<_, i64>(2)?))
+            })
+            .optional()?,
+        Table::Metrics => conn
+            .prepare_cached(
+                "SELECT volume_sum, liquidity_sum, spread_sum, count, last_offset FROM metric_buckets WHERE market_id=?1 AND res=?2 AND bucket=?3",
+            )?
+            .query_row(k, |r| {
+                Ok((
+                    RowValue::Metrics {
+                        volume_sum: r.get(0)?,
+                        liquidity_sum: r.get(1)?,
+                        spread_sum: r.get(2)?,
+                        count: r.get::<_, i64>(3)? as u64,
+                    },
+                    r.get::<_, i64>(4)?,
+                ))
+            })
+            .optional()?,
+        Table::Books => conn
+            .prepare_cached(
+                "SELECT ts, snapshot_offset, bids, asks, last_offset FROM book_buckets WHERE token_id=?1 AND res=?2 AND bucket=?3",
+            )?
+            .query_row(k, |r| {
+                Ok((
+                    RowValue::Book {
+                        ts: Timestamp(r.get(0)?),
+                        offset: r.get::<_, i64>(1)? as u64,
+                        bids: r.get(2)?,
+                        asks: r.get(3)?,
+                    },
+                    r.get::<_, i64>(4)?,
+                ))
+            })
+            .optional()?,
+    };
+    Ok(row.map(|(value, last)| Row {
+        key: key.clone(),
+        value,
+        last_offset: last as u64,
+    }))
+}
+
+fn write_row(tx: &Transaction, row: &Row) -> Result<()> {
+    let k = &row.key;
+    let last = row.last_offset as i64;
+    match &row.value {
+        RowValue::Price { sum, count } => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO price_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![
+                k.id,
+                k.res.as_str(),
+                k.bucket.millis(),
+                sum,
+                *count as i64,
+                last
+            ])?;
+        }
+        RowValue::Metrics {
+            volume_sum,
+            liquidity_sum,
+            spread_sum,
+            count,
+        } => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO metric_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                k.id,
+                k.res.as_str(),
+                k.bucket.millis(),
+                volume_sum,
+                liquidity_sum,
+                spread_sum,
+                *count as i64,
+                last
+            ])?;
+        }
+        RowValue::Book {
+            ts,
+            offset,
+            bids,
+            asks,
+        } => {
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO book_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                k.id,
+                k.res.as_str(),
+                k.bucket.millis(),
+                ts.millis(),
+                *offset as i64,
+                bids,
+                asks,
+                last
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+fn opt_ms(t: Option<Timestamp>) -> Option<i64> {
+    t.map(|t| t.millis())
+}
+
+/// Upserts one catalog record if it is newer than the stored version.
+fn write_catalog(tx: &Transaction, pos: Position, event: &Event) -> Result<()> {
+    let body = codec::encode(event);
+    let off = pos.offset as i64;
+    match event {
+        Event::Series(s) => {
+            tx.prepare_cached(
+                "INSERT INTO series VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+                 ON CONFLICT (id) DO UPDATE SET slug=excluded.slug, title=excluded.title, tags=excluded.tags,
+                   start_date=excluded.start_date, end_date=excluded.end_date, created_at=excluded.created_at,
+                   updated_at=excluded.updated_at, version_offset=excluded.version_offset, body=excluded.body
+                 WHERE (excluded.updated_at, excluded.version_offset) > (series.updated_at, series.version_offset)",
+            )?
+            .execute(params![
+                s.id,
+                s.slug,
+                s.title,
+                serde_json::to_string(&s.tags).expect("strings serialize"),
+                opt_ms(s.start_date),
+                opt_ms(s.end_date),
+                s.created_at.millis(),
+                s.updated_at.millis(),
+                off,
+                body
+            ])?;
+        }
+        Event::Event(e) => {
+            tx.prepare_cached(
+                "INSERT INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                 ON CONFLICT (id) DO UPDATE SET slug=excluded.slug, series_id=excluded.series_id, title=excluded.title,
+                   tags=excluded.tags, start_date=excluded.start_date, end_date=excluded.end_date,
+                   created_at=excluded.created_at, updated_at=excluded.updated_at,
+                   version_offset=excluded.version_offset, body=excluded.body
+                 WHERE (excluded.updated_at, excluded.version_offset) > (events.updated_at, events.version_offset)",
+            )?
+            .execute(params![
+                e.id,
+                e.slug,
+                e.series_id,
+                e.title,
+                serde_json::to_string(&e.tags).expect("strings serialize"),
+                opt_ms(e.start_date),
+                opt_ms(e.end_date),
+                e.created_at.millis(),
+                e.updated_at.millis(),
+                off,
+                body
+            ])?;
+        }
+        Event::Market(m) => {
+            let changed = tx
+                .prepare_cached(
+                    "INSERT INTO markets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                     ON CONFLICT (id) DO UPDATE SET slug=excluded.slug, event_id=excluded.event_id,
+                       question=excluded.question, status=excluded.status, start_date=excluded.start_date,
+                       end_date=excluded.end_date, created_at=excluded.created_at, updated_at=excluded.updated_at,
+                       version_offset=excluded.version_offset, body=excluded.body
+                     WHERE (excluded.updated_at, excluded.version_offset) > (markets.updated_at, markets.version_offset)",
+                )?
+                .execute(params![
+                    m.id,
+                    m.slug,
+                    m.event_id,
+                    m.question,
+                    m.status,
+                    opt_ms(m.start_date),
+                    opt_ms(m.end_date),
+                    m.created_at.millis(),
+                    m.updated_at.millis(),
+                    off,
+                    body
+                ])?;
+            if changed > 0 {
+                tx.prepare_cached("DELETE FROM tokens WHERE market_id = ?1")?
+                    .execute(params![m.id])?;
+                for (ord, t) in m.tokens.iter().enumerate() {
+                    tx.prepare_cached("INSERT OR REPLACE INTO tokens VALUES (?1, ?2, ?3, ?4)")?
+                        .execute(params![t.id, m.id, t.label, ord as i64])?;
+                }
+            }
+        }
+        other => {
+            return Err(StoreError::Other(format!(
+                "{} is not a catalog record",
+                other.kind().as_str()
+            )))
+        }
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl ProjectionStore for SqliteStore {
+    async fn committed(&self) -> Result<Vec<Position>> {
+        self.read("committed", |conn| {
+            let mut stmt =
+                conn.prepare("SELECT partition, next_offset FROM consumed ORDER BY partition")?;
+            let rows = stmt.query_map([], |r| {
+                Ok(Position {
+                    partition: r.get::<_, i64>(0)? as u32,
+                    offset: r.get::<_, i64>(1)? as u64,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
+        // On the writer connection: the projector is the only writer, and it
+        // must see its own latest commit.
+        self.write("load_rows", move |conn| {
+            let tx = conn.transaction()?;
+            let mut out = Vec::with_capacity(keys.len());
+            for key in &keys {
+                if let Some(row) = load_one(&tx, key)? {
+                    out.push(row);
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn apply(&self, write: ProjectionWrite) -> Result<()> {
+        self.write("apply", move |conn| {
+            let tx = conn.transaction()?;
+            for row in &write.rows {
+                write_row(&tx, row)?;
+            }
+            for (pos, event) in &write.catalog {
+                write_catalog(&tx, *pos, event)?;
+            }
+            for pos in &write.consumed {
+                tx.prepare_cached("INSERT OR REPLACE INTO consumed VALUES (?1, ?2)")?
+                    .execute(params![pos.partition as i64, pos.offset as i64 + 1])?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn reset(&self) -> Result<()> {
+        self.write("reset", |conn| {
+            let tx = conn.transaction()?;
+            for table in DERIVED_TABLES {
+                tx.execute(&format!("DELETE FROM {table}"), [])?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+        .await
+    }
+}
+
+fn range_params(id: &str, r: &Range) -> (String, &'static str, i64, i64, i64) {
+    (
+        id.to_string(),
+        r.res.as_str(),
+        r.start.millis(),
+        r.end.millis(),
+        r.limit as i64,
+    )
+}
+
+#[async_trait]
+impl ReadStore for SqliteStore {
+    async fn prices(&self, token_id: &str, range: Range) -> Result<Vec<PricePoint>> {
+        let p = range_params(token_id, &range);
+        self.read("read_prices", move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT bucket, sum, count FROM price_buckets
+                 WHERE token_id=?1 AND res=?2 AND bucket>=?3 AND bucket<?4 ORDER BY bucket LIMIT ?5",
+            )?;
+            let rows = stmt.query_map(params![p.0, p.1, p.2, p.3, p.4], |r| {
+                let sum: f64 = r.get(1)?;
+                let count: i64 = r.get(2)?;
+                Ok(PricePoint { t: Timestamp(r.get(0)?), p: sum / count as f64 })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn metrics(&self, market_id: &str, range: Range) -> Result<Vec<MetricsPoint>> {
+        let p = range_params(market_id, &range);
+        self.read("read_metrics", move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT bucket, volume_sum, liquidity_sum, spread_sum, count FROM metric_buckets
+                 WHERE market_id=?1 AND res=?2 AND bucket>=?3 AND bucket<?4 ORDER BY bucket LIMIT ?5",
+            )?;
+            let rows = stmt.query_map(params![p.0, p.1, p.2, p.3, p.4], |r| {
+                let n = r.get::<_, i64>(4)? as f64;
+                Ok(MetricsPoint {
+                    t: Timestamp(r.get(0)?),
+                    volume: r.get::<_, f64>(1)? / n,
+                    liquidity: r.get::<_, f64>(2)? / n,
+                    spread: r.get::<_, f64>(3)? / n,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn books(&self, token_id: &str, range: Range) -> Result<Vec<BookPoint>> {
+        let p = range_params(token_id, &range);
+        self.read("read_books", move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT bucket, bids, asks FROM book_buckets
+                 WHERE token_id=?1 AND res=?2 AND bucket>=?3 AND bucket<?4 ORDER BY bucket LIMIT ?5",
+            )?;
+            let rows = stmt.query_map(params![p.0, p.1, p.2, p.3, p.4], |r| {
+                Ok(BookPoint { t: Timestamp(r.get(0)?), bids: r.get(1)?, asks: r.get(2)? })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn token(&self, token_id: &str) -> Result<Option<TokenRef>> {
+        let id = token_id.to_string();
+        self.read("read_token", move |conn| {
+            Ok(conn
+                .prepare_cached("SELECT market_id, label FROM tokens WHERE token_id = ?1")?
+                .query_row(params![id], |r| {
+                    Ok(TokenRef {
+                        token_id: id.clone(),
+                        market_id: r.get(0)?,
+                        label: r.get(1)?,
+                    })
+                })
+                .optional()?)
+        })
+        .await
+    }
+
+    async fn market(&self, id_or_slug: &str) -> Result<Option<MarketRecord>> {
+        let key = id_or_slug.to_string();
+        self.read("read_market", move |conn| {
+            let body: Option<Vec<u8>> = conn
+                .prepare_cached(
+                    "SELECT body FROM markets WHERE id = ?1
+                     UNION ALL SELECT body FROM (SELECT body FROM markets WHERE slug = ?1 ORDER BY updated_at DESC LIMIT 1)
+                     LIMIT 1",
+                )?
+                .query_row(params![key], |r| r.get(0))
+                .optional()?;
+            match body.map(|b| codec::decode(&b)) {
+                None => Ok(None),
+                Some(Ok(Event::Market(m))) => Ok(Some(m)),
+                Some(other) => Err(StoreError::Corrupt(format!("market body decodes to {other:?}"))),
+            }
+        })
+        .await
+    }
+}
+
+fn key_from_row(r: &rusqlite::Row) -> rusqlite::Result<ApiKeyRecord> {
+    let hash: Vec<u8> = r.get(1)?;
+    Ok(ApiKeyRecord {
+        key_id: r.get(0)?,
+        hash: hash.try_into().unwrap_or([0; 32]),
+        organization: r.get(2)?,
+        plan: r.get(3)?,
+        created_at: Timestamp(r.get(4)?),
+        revoked_at: r.get::<_, Option<i64>>(5)?.map(Timestamp),
+    })
+}
+
+#[async_trait]
+impl KeyStore for SqliteStore {
+    async fn put_key(&self, key: ApiKeyRecord) -> Result<()> {
+        self.write("put_key", move |conn| {
+            conn.execute(
+                "INSERT OR REPLACE INTO api_keys VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                params![
+                    key.key_id,
+                    key.hash.to_vec(),
+                    key.organization,
+                    key.plan,
+                    key.created_at.millis(),
+                    key.revoked_at.map(|t| t.millis())
+                ],
+            )?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn key_by_hash(&self, hash: [u8; 32]) -> Result<Option<ApiKeyRecord>> {
+        self.read("read_key", move |conn| {
+            Ok(conn
+                .prepare_cached("SELECT * FROM api_keys WHERE hash = ?1")?
+                .query_row(params![hash.to_vec()], key_from_row)
+                .optional()?)
+        })
+        .await
+    }
+
+    async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        self.read("list_keys", |conn| {
+            let mut stmt = conn.prepare("SELECT * FROM api_keys ORDER BY created_at")?;
+            let rows = stmt.query_map([], key_from_row)?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+}

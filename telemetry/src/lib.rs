@@ -1,0 +1,199 @@
+//! Every internal metric Hindsight emits, defined in one place.
+//!
+//! Services record through the `metrics` facade using the constants below;
+//! [`install`] registers the Prometheus recorder and describes each metric so
+//! `/metrics` carries `# HELP` and `# TYPE` lines. To add a metric, add a
+//! constant and a line in [`DESCRIPTIONS`] — nowhere else.
+
+use metrics::Unit;
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder, PrometheusHandle};
+use std::sync::OnceLock;
+
+// ---- ingest -----------------------------------------------------------------
+/// Events appended to the log, by `kind`.
+pub const INGEST_EVENTS_ACCEPTED: &str = "hindsight_ingest_events_accepted_total";
+/// Lines refused by validation, by `reason` (a short class, not the full text).
+pub const INGEST_EVENTS_REJECTED: &str = "hindsight_ingest_events_rejected_total";
+/// Lines per HTTP batch.
+pub const INGEST_BATCH_LINES: &str = "hindsight_ingest_batch_lines";
+/// Wall time of one HTTP batch, from body read to response.
+pub const INGEST_BATCH_SECONDS: &str = "hindsight_ingest_batch_duration_seconds";
+/// Time for the log to durably accept one append.
+pub const LOG_APPEND_SECONDS: &str = "hindsight_log_append_duration_seconds";
+/// Batches answered from the idempotency table instead of being appended.
+pub const INGEST_IDEMPOTENT_REPLAYS: &str = "hindsight_ingest_idempotent_replays_total";
+/// Ingest HTTP responses by `status`.
+pub const INGEST_RESPONSES: &str = "hindsight_ingest_responses_total";
+
+// ---- projector --------------------------------------------------------------
+/// Events folded into buckets, by `kind`.
+pub const PROJECTOR_EVENTS_APPLIED: &str = "hindsight_projector_events_applied_total";
+/// Events skipped because their bucket row already holds them (replays).
+pub const PROJECTOR_REPLAYS_SKIPPED: &str = "hindsight_projector_replays_skipped_total";
+/// Bucket rows written, by `table` (prices, metrics, books).
+pub const PROJECTOR_ROWS_WRITTEN: &str = "hindsight_projector_rows_written_total";
+/// Time to make one batch of buckets durable (with its log position).
+pub const PROJECTOR_FLUSH_SECONDS: &str = "hindsight_projector_flush_duration_seconds";
+/// Next log position the projector will read, by `partition`.
+pub const PROJECTOR_POSITION: &str = "hindsight_projector_position";
+/// Events in the log not yet projected, by `partition`.
+pub const PROJECTOR_LAG: &str = "hindsight_projector_lag_events";
+/// Log records that could not be decoded (skipped and counted, never silent).
+pub const PROJECTOR_DECODE_ERRORS: &str = "hindsight_projector_decode_errors_total";
+
+// ---- log ----------------------------------------------------------------------
+/// Position of the newest event in the log (its head), by `partition`.
+pub const LOG_HEAD: &str = "hindsight_log_head_position";
+
+// ---- api ----------------------------------------------------------------------
+/// API responses by `route` (the matched template) and `status`.
+pub const API_REQUESTS: &str = "hindsight_api_requests_total";
+/// API latency by `route`.
+pub const API_REQUEST_SECONDS: &str = "hindsight_api_request_duration_seconds";
+/// Refused API keys, by `reason` (missing, invalid).
+pub const API_AUTH_FAILURES: &str = "hindsight_api_auth_failures_total";
+
+// ---- store --------------------------------------------------------------------
+/// Read-store query latency, by `op`.
+pub const STORE_QUERY_SECONDS: &str = "hindsight_store_query_duration_seconds";
+/// Read-store errors, by `op`.
+pub const STORE_ERRORS: &str = "hindsight_store_errors_total";
+
+/// `(name, unit, help)` of every metric above.
+pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
+    (
+        INGEST_EVENTS_ACCEPTED,
+        Unit::Count,
+        "Events appended to the log, by kind.",
+    ),
+    (
+        INGEST_EVENTS_REJECTED,
+        Unit::Count,
+        "Ingest lines refused by validation, by reason.",
+    ),
+    (INGEST_BATCH_LINES, Unit::Count, "Lines per ingest batch."),
+    (
+        INGEST_BATCH_SECONDS,
+        Unit::Seconds,
+        "Wall time of one ingest batch.",
+    ),
+    (
+        LOG_APPEND_SECONDS,
+        Unit::Seconds,
+        "Time for the log to durably accept one append.",
+    ),
+    (
+        INGEST_IDEMPOTENT_REPLAYS,
+        Unit::Count,
+        "Ingest batches answered from the idempotency table.",
+    ),
+    (
+        INGEST_RESPONSES,
+        Unit::Count,
+        "Ingest HTTP responses, by status.",
+    ),
+    (
+        PROJECTOR_EVENTS_APPLIED,
+        Unit::Count,
+        "Events folded into buckets, by kind.",
+    ),
+    (
+        PROJECTOR_REPLAYS_SKIPPED,
+        Unit::Count,
+        "Re-delivered events skipped because their bucket already holds them.",
+    ),
+    (
+        PROJECTOR_ROWS_WRITTEN,
+        Unit::Count,
+        "Bucket rows written, by table.",
+    ),
+    (
+        PROJECTOR_FLUSH_SECONDS,
+        Unit::Seconds,
+        "Time to make one batch of buckets durable.",
+    ),
+    (
+        PROJECTOR_POSITION,
+        Unit::Count,
+        "Next log position the projector reads, by partition.",
+    ),
+    (
+        PROJECTOR_LAG,
+        Unit::Count,
+        "Events in the log not yet projected, by partition.",
+    ),
+    (
+        PROJECTOR_DECODE_ERRORS,
+        Unit::Count,
+        "Log records that could not be decoded.",
+    ),
+    (
+        LOG_HEAD,
+        Unit::Count,
+        "Position after the newest event in the log, by partition.",
+    ),
+    (
+        API_REQUESTS,
+        Unit::Count,
+        "API responses, by route and status.",
+    ),
+    (
+        API_REQUEST_SECONDS,
+        Unit::Seconds,
+        "API request latency, by route.",
+    ),
+    (
+        API_AUTH_FAILURES,
+        Unit::Count,
+        "Refused API keys, by reason.",
+    ),
+    (
+        STORE_QUERY_SECONDS,
+        Unit::Seconds,
+        "Read-store query latency, by operation.",
+    ),
+    (
+        STORE_ERRORS,
+        Unit::Count,
+        "Read-store errors, by operation.",
+    ),
+];
+
+/// Latency buckets for request-scale work: 0.5 ms up to 10 s.
+const LATENCY_BUCKETS: &[f64] = &[
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+const SIZE_BUCKETS: &[f64] = &[1.0, 10.0, 100.0, 1_000.0, 10_000.0, 100_000.0];
+
+static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Installs the process-wide Prometheus recorder (once) and returns the
+/// handle that renders `/metrics`.
+pub fn install() -> PrometheusHandle {
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(Matcher::Suffix("_seconds".into()), LATENCY_BUCKETS)
+                .and_then(|b| {
+                    b.set_buckets_for_metric(Matcher::Full(INGEST_BATCH_LINES.into()), SIZE_BUCKETS)
+                })
+                .expect("bucket lists are non-empty")
+                .build_recorder();
+            let handle = recorder.handle();
+            metrics::set_global_recorder(recorder).expect("no other metrics recorder is installed");
+            for (name, unit, help) in DESCRIPTIONS {
+                match unit {
+                    Unit::Seconds => metrics::describe_histogram!(*name, *unit, *help),
+                    _ if name.ends_with("_total") => {
+                        metrics::describe_counter!(*name, *unit, *help)
+                    }
+                    _ if *name == INGEST_BATCH_LINES => {
+                        metrics::describe_histogram!(*name, *unit, *help)
+                    }
+                    _ => metrics::describe_gauge!(*name, *unit, *help),
+                }
+            }
+            handle
+        })
+        .clone()
+}
