@@ -1,1 +1,196 @@
-fn main() {}
+//! `hindsight`: every service of Hindsight in one binary.
+//!
+//! `dev` runs ingest, projector, API and a demo feed in one process on the
+//! embedded backends; `ingest`, `projector` and `api` run one service each
+//! over a shared data directory; `backfill`, `rebuild` and `keys` are
+//! operator commands. Every flag has a `HINDSIGHT_*` environment variable.
+
+mod services;
+
+use clap::{Args, Parser, Subcommand};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+#[derive(Parser)]
+#[command(
+    name = "hindsight",
+    version,
+    about = "History of prediction markets: ingest, projector and /v1 API"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+    /// Log filter (tracing `EnvFilter` syntax), e.g. `info` or `hindsight=debug`.
+    #[arg(long, env = "HINDSIGHT_LOG", default_value = "warn", global = true)]
+    log: String,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Everything in one process on the embedded backends, with demo data.
+    Dev(DevArgs),
+    /// HTTP ingest alone: validates NDJSON batches and appends them to the log.
+    Ingest(IngestArgs),
+    /// The projector alone: rolls the log into the read tables.
+    Projector(ProjectorArgs),
+    /// The /v1 API alone, reading the read store.
+    Api(ApiArgs),
+    /// Appends NDJSON files (plain or gzip) to the log.
+    Backfill(BackfillArgs),
+    /// Drops every read table and replays the whole log into them.
+    Rebuild(RebuildArgs),
+    /// Manages API keys (only hashes are stored).
+    Keys(KeysArgs),
+}
+
+#[derive(Args, Clone)]
+pub struct DataArgs {
+    /// Directory of the embedded log and read store.
+    #[arg(long, env = "HINDSIGHT_DATA_DIR", default_value = "./hindsight-data")]
+    pub data_dir: PathBuf,
+}
+
+#[derive(Args, Clone)]
+pub struct IngestOpts {
+    /// Bearer token pipelines must send to /ingest/v1 (dev: generated when unset).
+    #[arg(long, env = "HINDSIGHT_INGEST_TOKEN", hide_env_values = true)]
+    pub ingest_token: Option<String>,
+    /// Largest ingest body in bytes, compressed or decompressed.
+    #[arg(long, env = "HINDSIGHT_INGEST_MAX_BODY_BYTES", default_value_t = 64 << 20)]
+    pub ingest_max_body_bytes: usize,
+}
+
+#[derive(Args, Clone)]
+pub struct ProjectorOpts {
+    /// Most events folded into one durable projector step.
+    #[arg(long, env = "HINDSIGHT_PROJECTOR_BATCH_MAX", default_value_t = 20_000)]
+    pub projector_batch_max: usize,
+}
+
+#[derive(Args, Clone)]
+pub struct DevArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Address of /v1, /ingest/v1, /metrics, /livez and /readyz.
+    #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub ingest: IngestOpts,
+    #[command(flatten)]
+    pub projector: ProjectorOpts,
+    /// The API key dev accepts (generated and printed when unset).
+    #[arg(long, env = "HINDSIGHT_DEMO_API_KEY", hide_env_values = true)]
+    pub demo_api_key: Option<String>,
+    /// Plan of the demo key.
+    #[arg(long, env = "HINDSIGHT_DEMO_PLAN", default_value = "enterprise")]
+    pub demo_plan: String,
+    /// Start without generated demo data.
+    #[arg(long, env = "HINDSIGHT_NO_DEMO")]
+    pub no_demo: bool,
+    /// Seed of the demo generator.
+    #[arg(long, env = "HINDSIGHT_DEMO_SEED", default_value_t = 2025)]
+    pub demo_seed: u64,
+    /// Hours of demo history generated at first start.
+    #[arg(long, env = "HINDSIGHT_DEMO_HISTORY_HOURS", default_value_t = 48)]
+    pub demo_history_hours: u32,
+}
+
+#[derive(Args, Clone)]
+pub struct IngestArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8081")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub ingest: IngestOpts,
+}
+
+#[derive(Args, Clone)]
+pub struct ProjectorArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// Address of the projector's /metrics, /livez and /readyz.
+    #[arg(
+        long,
+        env = "HINDSIGHT_METRICS_LISTEN",
+        default_value = "127.0.0.1:9464"
+    )]
+    pub metrics_listen: SocketAddr,
+    #[command(flatten)]
+    pub projector: ProjectorOpts,
+}
+
+#[derive(Args, Clone)]
+pub struct ApiArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8080")]
+    pub listen: SocketAddr,
+}
+
+#[derive(Args, Clone)]
+pub struct BackfillArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    /// NDJSON files; gzip is detected by content.
+    #[arg(required = true)]
+    pub files: Vec<PathBuf>,
+    /// No progress line (for logs and CI).
+    #[arg(long, env = "HINDSIGHT_NO_PROGRESS")]
+    pub no_progress: bool,
+}
+
+#[derive(Args, Clone)]
+pub struct RebuildArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    #[command(flatten)]
+    pub projector: ProjectorOpts,
+}
+
+#[derive(Args, Clone)]
+pub struct KeysArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    #[command(subcommand)]
+    pub action: KeysAction,
+}
+
+#[derive(Subcommand, Clone)]
+pub enum KeysAction {
+    /// Creates a key and prints it once.
+    Create {
+        #[arg(long)]
+        org: String,
+        #[arg(long, default_value = "free")]
+        plan: String,
+    },
+    /// Lists keys (ids, organizations, plans; never the keys).
+    List,
+    /// Revokes a key by its id.
+    Revoke { key_id: String },
+    /// Moves a key to another plan, effective immediately.
+    SetPlan { key_id: String, plan: String },
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::Dev(args) => services::dev(args).await,
+            Command::Ingest(args) => services::ingest(args).await,
+            Command::Projector(args) => services::projector(args).await,
+            Command::Api(args) => services::api(args).await,
+            Command::Backfill(args) => services::backfill(args).await,
+            Command::Rebuild(args) => services::rebuild(args).await,
+            Command::Keys(args) => services::keys(args).await,
+        }
+    })
+}

@@ -8,6 +8,7 @@
 //! Nothing here does I/O: the crate is pure so that ingest, projector and API
 //! agree on one definition of every rule.
 
+pub mod api;
 pub mod codec;
 pub mod event;
 pub mod resolution;

@@ -1,0 +1,401 @@
+//! Wiring: which backends and services each subcommand runs.
+
+use crate::*;
+use anyhow::{anyhow, bail, Context};
+use axum::routing::get;
+use axum::Router;
+use hindsight_api::{keys, plans::Plans, ApiState};
+use hindsight_ingest::backfill::{backfill_file, Progress};
+use hindsight_ingest::demo::Demo;
+use hindsight_ingest::http::IngestState;
+use hindsight_projector::runner::ProjectorConfig;
+use hindsight_projector::{EmbeddedSource, Projector};
+use hindsight_schemas::{Event, Timestamp};
+use hindsight_store::log::{AppendBatch, EventLog, Idempotency};
+use hindsight_store::read::KeyStore;
+use hindsight_store::sqlite::{SqliteLog, SqliteStore};
+use metrics_exporter_prometheus::PrometheusHandle;
+use std::fs::File;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::watch;
+
+/// Only one projector may write an embedded read store: a second one would
+/// fold the same events into the same rows.
+fn lock_projector(dir: &Path) -> anyhow::Result<File> {
+    std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    let path = dir.join("projector.lock");
+    let file = File::create(&path).with_context(|| format!("opening {}", path.display()))?;
+    file.try_lock().map_err(|_| {
+        anyhow!(
+            "another projector holds {} (is `hindsight dev`, `projector` or `rebuild` running on this data dir?)",
+            path.display()
+        )
+    })?;
+    Ok(file)
+}
+
+/// `/metrics` for Prometheus and `/livez`, `/readyz` for orchestrators
+/// (unauthenticated, unlike `/v1/health`).
+fn ops_router(handle: PrometheusHandle) -> Router {
+    Router::new()
+        .route("/metrics", get(move || std::future::ready(handle.render())))
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { "ok" }))
+}
+
+async fn serve(
+    listen: SocketAddr,
+    router: Router,
+    shutdown: watch::Receiver<bool>,
+) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("binding {listen}"))?;
+    let mut shutdown = shutdown;
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            let _ = shutdown.wait_for(|stop| *stop).await;
+        })
+        .await?;
+    Ok(())
+}
+
+/// Turns true on Ctrl-C or SIGTERM.
+fn shutdown_signal() -> watch::Receiver<bool> {
+    let (tx, rx) = watch::channel(false);
+    tokio::spawn(async move {
+        let ctrl_c = tokio::signal::ctrl_c();
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+        let _ = tx.send(true);
+    });
+    rx
+}
+
+fn projector_config(opts: &ProjectorOpts) -> ProjectorConfig {
+    ProjectorConfig {
+        batch_max: opts.projector_batch_max.max(1),
+        ..Default::default()
+    }
+}
+
+fn api_state(store: Arc<SqliteStore>) -> ApiState {
+    ApiState {
+        store: store.clone(),
+        keys: store,
+        plans: Arc::new(Plans::default()),
+    }
+}
+
+pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    let handle = hindsight_telemetry::install();
+    let dir = &args.data.data_dir;
+    let _lock = lock_projector(dir)?;
+    let log = Arc::new(SqliteLog::open(dir)?);
+    let store = Arc::new(SqliteStore::open(dir)?);
+    let shutdown = shutdown_signal();
+
+    let ingest_token = args
+        .ingest
+        .ingest_token
+        .clone()
+        .unwrap_or_else(|| format!("hsi_{}", keys::random_hex(16)));
+    let api_key = args
+        .demo_api_key
+        .clone()
+        .unwrap_or_else(|| format!("{}{}", keys::KEY_PREFIX, keys::random_hex(32)));
+    if Plans::default().get(&args.demo_plan).is_none() {
+        bail!("unknown plan {:?} for the demo key", args.demo_plan);
+    }
+    store
+        .put_key(keys::record_for(&api_key, "dev", &args.demo_plan))
+        .await?;
+
+    let projector = Projector::new(
+        Arc::new(EmbeddedSource {
+            log: log.clone(),
+            store: store.clone(),
+        }),
+        store.clone(),
+        projector_config(&args.projector),
+    );
+    let projector_task = tokio::spawn(projector.run(shutdown.clone()));
+
+    let demo = if args.no_demo {
+        None
+    } else {
+        Some(tokio::spawn(run_demo(
+            log.clone(),
+            args.demo_seed,
+            args.demo_history_hours,
+            shutdown.clone(),
+        )))
+    };
+
+    let router = hindsight_api::router(api_state(store.clone()))
+        .merge(hindsight_ingest::http::router(IngestState {
+            log: log.clone(),
+            token: ingest_token.clone().into(),
+            max_body_bytes: args.ingest.ingest_max_body_bytes,
+        }))
+        .merge(ops_router(handle));
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    print_welcome(addr, dir, &api_key, &ingest_token, !args.no_demo);
+    let mut stop = shutdown.clone();
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async move {
+            let _ = stop.wait_for(|s| *s).await;
+        })
+        .await?;
+    if let Some(demo) = demo {
+        let _ = demo.await;
+    }
+    let _ = projector_task.await;
+    Ok(())
+}
+
+fn print_welcome(addr: SocketAddr, dir: &Path, api_key: &str, ingest_token: &str, demo: bool) {
+    let base = format!("http://{addr}");
+    let now = Timestamp::now().millis() / 1000;
+    println!(
+        "Hindsight is running on the embedded backends (data in {})",
+        dir.display()
+    );
+    println!("  API       {base}/v1            header  X-API-Key: {api_key}");
+    println!("  Ingest    {base}/ingest/v1/events   header  Authorization: Bearer {ingest_token}");
+    println!("  Metrics   {base}/metrics");
+    if demo {
+        println!("Demo markets are being generated (48 h of history, then live ticks). Try:");
+        println!(
+            "  curl -s -H 'X-API-Key: {api_key}' '{base}/v1/tokens/tok-fed-cuts-25bps-december-2026-yes/prices?start_ts={}&end_ts={}&resolution=1h'",
+            now - 6 * 3600,
+            now + 60
+        );
+    }
+    println!("Stop with Ctrl-C.");
+}
+
+/// Appends the demo catalog and history once (first start of a data dir),
+/// then a round of live ticks every second.
+async fn run_demo(
+    log: Arc<SqliteLog>,
+    seed: u64,
+    history_hours: u32,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let now = Timestamp::now();
+    let hour = 3_600_000;
+    let start = Timestamp((now.0 / hour - history_hours as i64) * hour);
+    let mut demo = Demo::new(seed, start);
+    let fresh = matches!(log.head().await, Ok(0));
+    let append = |events: Vec<Event>, key: Option<String>| {
+        let log = log.clone();
+        async move {
+            let batch = AppendBatch {
+                events,
+                idempotency: key.map(|key| Idempotency {
+                    key,
+                    response: Vec::new(),
+                }),
+            };
+            if let Err(e) = log.append(batch).await {
+                tracing::error!(error = %e, "demo feed could not append");
+            }
+        }
+    };
+    if fresh {
+        append(
+            demo.catalog().to_vec(),
+            Some(format!("demo-catalog-{seed}")),
+        )
+        .await;
+        let mut events = Vec::new();
+        let mut t = start;
+        while t < now {
+            demo.round(t, 5, &mut events);
+            t = Timestamp(t.0 + 60_000);
+            if events.len() >= 20_000 {
+                append(std::mem::take(&mut events), None).await;
+            }
+        }
+        append(events, None).await;
+    }
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.wait_for(|s| *s) => return,
+        }
+        let mut events = Vec::new();
+        demo.round(Timestamp::now(), 5, &mut events);
+        append(events, None).await;
+    }
+}
+
+pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
+    let handle = hindsight_telemetry::install();
+    let token = args
+        .ingest
+        .ingest_token
+        .clone()
+        .context("HINDSIGHT_INGEST_TOKEN (or --ingest-token) is required")?;
+    let log = Arc::new(SqliteLog::open(&args.data.data_dir)?);
+    let router = hindsight_ingest::http::router(IngestState {
+        log,
+        token: token.into(),
+        max_body_bytes: args.ingest.ingest_max_body_bytes,
+    })
+    .merge(ops_router(handle));
+    serve(args.listen, router, shutdown_signal()).await
+}
+
+pub async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
+    let handle = hindsight_telemetry::install();
+    let dir = &args.data.data_dir;
+    let _lock = lock_projector(dir)?;
+    let log = Arc::new(SqliteLog::open(dir)?);
+    let store = Arc::new(SqliteStore::open(dir)?);
+    let shutdown = shutdown_signal();
+    let projector = Projector::new(
+        Arc::new(EmbeddedSource {
+            log,
+            store: store.clone(),
+        }),
+        store,
+        projector_config(&args.projector),
+    );
+    let task = tokio::spawn(projector.run(shutdown.clone()));
+    serve(args.metrics_listen, ops_router(handle), shutdown).await?;
+    task.await?;
+    Ok(())
+}
+
+pub async fn api(args: ApiArgs) -> anyhow::Result<()> {
+    let handle = hindsight_telemetry::install();
+    let store = Arc::new(SqliteStore::open(&args.data.data_dir)?);
+    let router = hindsight_api::router(api_state(store)).merge(ops_router(handle));
+    serve(args.listen, router, shutdown_signal()).await
+}
+
+pub async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
+    let log = SqliteLog::open(&args.data.data_dir)?;
+    let mut progress = Progress::new(!args.no_progress);
+    let (mut lines, mut accepted, mut skipped, mut rejected) = (0, 0, 0, 0);
+    for file in &args.files {
+        let report = backfill_file(&log, file, &mut progress)
+            .await
+            .map_err(|e| anyhow!(e))?;
+        println!(
+            "{}: {} lines, {} appended, {} already appended earlier, {} rejected{}",
+            file.display(),
+            report.lines,
+            report.accepted,
+            report.already_appended,
+            report.rejected,
+            report
+                .rejects_file
+                .map(|p| format!(" (see {})", p.display()))
+                .unwrap_or_default()
+        );
+        lines += report.lines;
+        accepted += report.accepted;
+        skipped += report.already_appended;
+        rejected += report.rejected;
+    }
+    let secs = progress.elapsed().as_secs_f64();
+    println!(
+        "backfill: {} files, {lines} lines, {accepted} appended, {skipped} skipped as already appended, {rejected} rejected, {secs:.1} s ({:.0} events/s)",
+        args.files.len(),
+        (accepted + skipped) as f64 / secs.max(1e-9)
+    );
+    if rejected > 0 {
+        std::process::exit(2);
+    }
+    Ok(())
+}
+
+pub async fn rebuild(args: RebuildArgs) -> anyhow::Result<()> {
+    let dir = &args.data.data_dir;
+    let _lock = lock_projector(dir)?;
+    let log = Arc::new(SqliteLog::open(dir)?);
+    let store = Arc::new(SqliteStore::open(dir)?);
+    let started = std::time::Instant::now();
+    use hindsight_store::read::ProjectionStore;
+    store.reset().await?;
+    let mut projector = Projector::new(
+        Arc::new(EmbeddedSource {
+            log: log.clone(),
+            store: store.clone(),
+        }),
+        store,
+        projector_config(&args.projector),
+    );
+    let events = projector.catch_up().await?;
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "rebuild: replayed {events} events in {secs:.1} s ({:.0} events/s)",
+        events as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}
+
+pub async fn keys(args: KeysArgs) -> anyhow::Result<()> {
+    let store = SqliteStore::open(&args.data.data_dir)?;
+    let plans = Plans::default();
+    let find = |all: Vec<hindsight_store::read::ApiKeyRecord>, id: &str| {
+        all.into_iter()
+            .find(|k| k.key_id == id)
+            .ok_or_else(|| anyhow!("no key with id {id}"))
+    };
+    match args.action {
+        KeysAction::Create { org, plan } => {
+            if plans.get(&plan).is_none() {
+                bail!("unknown plan {plan:?}");
+            }
+            let (plaintext, record) = keys::generate(&org, &plan);
+            store.put_key(record.clone()).await?;
+            println!("{plaintext}");
+            eprintln!(
+                "created {} for {org} on plan {plan}; the key is shown only once",
+                record.key_id
+            );
+        }
+        KeysAction::List => {
+            for k in store.list_keys().await? {
+                let state = k
+                    .revoked_at
+                    .map_or("active".to_string(), |t| format!("revoked {t}"));
+                println!(
+                    "{}\t{}\t{}\t{}\t{state}",
+                    k.key_id, k.organization, k.plan, k.created_at
+                );
+            }
+        }
+        KeysAction::Revoke { key_id } => {
+            let mut k = find(store.list_keys().await?, &key_id)?;
+            k.revoked_at = Some(Timestamp::now());
+            store.put_key(k).await?;
+            println!("revoked {key_id}");
+        }
+        KeysAction::SetPlan { key_id, plan } => {
+            if plans.get(&plan).is_none() {
+                bail!("unknown plan {plan:?}");
+            }
+            let mut k = find(store.list_keys().await?, &key_id)?;
+            k.plan = plan.clone();
+            store.put_key(k).await?;
+            println!("{key_id} is now on plan {plan}");
+        }
+    }
+    Ok(())
+}
