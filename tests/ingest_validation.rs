@@ -1,0 +1,132 @@
+//! Bad input is refused loudly: each bad line with its number and reason,
+//! the valid lines beside it kept, nothing invalid in the log.
+
+mod common;
+use common::*;
+
+const DAY: i64 = 1_756_684_800;
+
+#[tokio::test]
+async fn each_bad_line_is_refused_with_its_number_and_reason_and_neighbours_kept() {
+    let dev = Dev::start("validation", &[]);
+    let good = |t: i64| price_line("v1", "v1-yes", DAY + t, 0.5);
+    let long_id = "x".repeat(201);
+    let lines = [
+        market_line("v1"),                                                                   // 1 ok
+        good(1),                                                                             // 2 ok
+        r#"{"kind":"price","market_id":"v1","token_id":"v1-yes","ts":1756684800,"p":0.5"#.into(), // 3 malformed
+        r#"{"kind":"trade","market_id":"v1"}"#.into(),                                       // 4 unknown kind
+        price_line("v1", "v1-yes", DAY + 2, 1.5),                                            // 5 p out of range
+        r#"{"kind":"price","market_id":"v1","token_id":"v1-yes","ts":1756684800,"p":NaN}"#.into(), // 6 NaN
+        r#"{"kind":"price","market_id":"","token_id":"v1-yes","ts":1756684800,"p":0.5}"#.into(),   // 7 empty id
+        format!(r#"{{"kind":"price","market_id":"v1","token_id":"{long_id}","ts":1756684800,"p":0.5}}"#), // 8 201 chars
+        r#"{"kind":"book","market_id":"v1","token_id":"v1-yes","ts":1756684800,"bids":[[0.40,1],[0.45,1]],"asks":[[0.5,1]]}"#.into(), // 9 not best first
+        r#"{"kind":"price","market_id":"v1","token_id":"v1-yes","ts":"next tuesday","p":0.5}"#.into(), // 10 bad ts
+        String::new(),                                                                       // 11 blank: skipped
+        good(3),                                                                             // 12 ok
+    ];
+    let (status, body) = ingest(&dev, lines.join("\n")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["accepted"], 3);
+    assert_eq!(body["rejected_count"], 8);
+    let rejected: Vec<(u64, String)> = body["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["line"].as_u64().unwrap(),
+                r["reason"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let want: [(u64, &str); 8] = [
+        (3, "malformed JSON"),
+        (4, "unknown kind `trade`"),
+        (5, "field `p`: 1.5 is not a probability in [0, 1]"),
+        (6, "malformed JSON"),
+        (7, "field `market_id` is empty"),
+        (
+            8,
+            "field `token_id` is 201 characters long; at most 200 are allowed",
+        ),
+        (9, "field `bids` is not best first"),
+        (10, "field `ts`"),
+    ];
+    for ((line, reason), (want_line, want_text)) in rejected.iter().zip(want) {
+        assert_eq!(*line, want_line, "{reason}");
+        assert!(
+            reason.contains(want_text),
+            "line {line}: {reason:?} should mention {want_text:?}"
+        );
+    }
+    // The valid neighbours reached the read tables: two ticks of 0.5.
+    let path = format!(
+        "/v1/tokens/v1-yes/prices?start_ts={DAY}&end_ts={}&resolution=1m",
+        DAY + 60
+    );
+    let b = wait_for(&dev, &path, |b| {
+        b["data"].as_array().is_some_and(|d| d.len() == 1)
+    })
+    .await;
+    assert_eq!(b["data"][0]["p"], 0.5);
+
+    // Nothing invalid entered the log: exactly the 3 accepted events.
+    let log = rusqlite::Connection::open(dev.data_dir.join("log.db")).unwrap();
+    let n: i64 = log
+        .query_row("SELECT COALESCE(SUM(count), 0) FROM log_batches", [], |r| {
+            r.get(0)
+        })
+        .unwrap();
+    assert_eq!(n, 3);
+}
+
+#[tokio::test]
+async fn a_batch_of_only_bad_lines_is_422_and_appends_nothing() {
+    let dev = Dev::start("all-bad", &[]);
+    let (status, body) = ingest(&dev, "{oops\n{\"kind\":\"nope\"}\n".into()).await;
+    assert_eq!(status, 422, "{body}");
+    assert_eq!(body["accepted"], 0);
+    assert_eq!(body["rejected"][1]["line"], 2);
+}
+
+#[tokio::test]
+async fn wrong_token_is_401_and_oversized_body_is_413() {
+    let dev = Dev::start("limits", &["--ingest-max-body-bytes", "1024"]);
+    let body = price_line("v1", "v1-yes", DAY, 0.5);
+    for auth in [None, Some("Bearer wrong-token"), Some(INGEST_TOKEN)] {
+        let mut req = client()
+            .post(dev.url("/ingest/v1/events"))
+            .body(body.clone());
+        if let Some(a) = auth {
+            req = req.header("Authorization", a);
+        }
+        let r = req.send().await.unwrap();
+        // The bare token without "Bearer " is refused too.
+        assert_eq!(r.status(), 401, "{auth:?}");
+        let detail: serde_json::Value = r.json().await.unwrap();
+        assert!(detail["detail"].as_str().unwrap().contains("ingest token"));
+    }
+    let big = format!("{body}\n").repeat(40);
+    let r = client()
+        .post(dev.url("/ingest/v1/events"))
+        .bearer_auth(INGEST_TOKEN)
+        .body(big)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+    // A gzip body that expands past the limit is refused the same way.
+    use std::io::Write;
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
+    gz.write_all(&vec![b'\n'; 100_000]).unwrap();
+    let r = client()
+        .post(dev.url("/ingest/v1/events"))
+        .bearer_auth(INGEST_TOKEN)
+        .header("Content-Encoding", "gzip")
+        .body(gz.finish().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 413);
+}

@@ -1,0 +1,232 @@
+//! Ingest over HTTP → log → projector → read store → /v1, on the embedded
+//! default, checked against averages computed independently here.
+
+mod common;
+use common::*;
+use std::collections::BTreeMap;
+
+/// 2025-09-01T00:00:00Z
+const DAY: i64 = 1_756_684_800;
+
+/// Deterministic ticks around the 2025-09-01/02 day boundary and several
+/// 6 h boundaries, several per minute, out of order in places.
+fn ticks() -> Vec<(i64, f64)> {
+    let mut out = Vec::new();
+    let mut x: u64 = 42;
+    // 17:50 on day 1 to 00:20 on day 2, every 17 s.
+    let mut t = DAY + 17 * 3600 + 50 * 60;
+    while t < DAY + 86_400 + 20 * 60 {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        let p = ((x >> 33) % 10_000) as f64 / 10_000.0;
+        out.push((t, p));
+        t += 17;
+    }
+    // Late events: they belong to their own (earlier) buckets.
+    out.push((DAY + 18 * 3600 + 5, 0.9));
+    out.push((DAY + 60, 0.1));
+    out
+}
+
+fn expected(ticks: &[(i64, f64)], width: i64) -> BTreeMap<i64, f64> {
+    let mut sums: BTreeMap<i64, (f64, u32)> = BTreeMap::new();
+    for (t, p) in ticks {
+        let e = sums.entry(t.div_euclid(width) * width).or_default();
+        e.0 += p;
+        e.1 += 1;
+    }
+    sums.into_iter()
+        .map(|(b, (s, n))| (b, s / n as f64))
+        .collect()
+}
+
+fn iso(secs: i64) -> String {
+    chrono_like(secs)
+}
+
+/// ISO 8601 of Unix seconds without pulling a date crate into tests.
+fn chrono_like(secs: i64) -> String {
+    let days = secs.div_euclid(86_400);
+    let rem = secs.rem_euclid(86_400);
+    // Civil-from-days (Howard Hinnant).
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// Reads every page of a token's prices (following `next_cursor`).
+async fn all_pages(dev: &Dev, token: &str, res: &str, start: i64, end: i64) -> Vec<(String, f64)> {
+    let mut out = Vec::new();
+    let mut cursor = String::new();
+    loop {
+        let path = format!(
+            "/v1/tokens/{token}/prices?start_ts={start}&end_ts={}&resolution={res}&limit=200{cursor}",
+            iso(end)
+        );
+        let (status, body) = get(dev, &path).await;
+        assert_eq!(status, 200, "{body}");
+        for point in body["data"].as_array().unwrap() {
+            out.push((
+                point["t"].as_str().unwrap().to_string(),
+                point["p"].as_f64().unwrap(),
+            ));
+        }
+        match body["metadata"]["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => return out,
+        }
+    }
+}
+
+#[tokio::test]
+async fn ticks_ingested_over_http_come_back_as_exact_bucket_averages() {
+    let dev = Dev::start("e2e", &[]);
+    let ticks = ticks();
+    let mut body = market_line("m1") + "\n";
+    for (t, p) in &ticks {
+        body += &price_line("m1", "m1-yes", *t, *p);
+        body += "\n";
+    }
+    let (status, ack) = ingest(&dev, body).await;
+    assert_eq!(status, 200, "{ack}");
+    assert_eq!(ack["accepted"], ticks.len() + 1);
+    assert_eq!(ack["rejected_count"], 0);
+
+    let (start, end) = (DAY, DAY + 2 * 86_400);
+    // Everything acknowledged becomes visible: wait for the last 1d bucket.
+    let n = ticks.len();
+    let day2 = format!("/v1/tokens/m1-yes/prices?start_ts={start}&end_ts={end}&resolution=1d");
+    wait_for(&dev, &day2, |b| {
+        b["data"].as_array().is_some_and(|d| d.len() == 2)
+    })
+    .await;
+    let h1 = format!(
+        "/v1/tokens/m1-yes/prices?start_ts={}&end_ts={end}&resolution=1m&limit=1",
+        DAY + 86_400 + 19 * 60
+    );
+    wait_for(&dev, &h1, |b| {
+        b["data"].as_array().is_some_and(|d| d.len() == 1)
+    })
+    .await;
+
+    for (res, width) in [("1m", 60), ("1h", 3600), ("6h", 21_600), ("1d", 86_400)] {
+        let want = expected(&ticks, width);
+        let got = all_pages(&dev, "m1-yes", res, start, end).await;
+        assert_eq!(
+            got.len(),
+            want.len(),
+            "{res}: one point per bucket with ticks"
+        );
+        for ((t, p), (bucket, avg)) in got.iter().zip(&want) {
+            assert_eq!(t, &iso(*bucket), "{res}: chronological bucket starts");
+            assert!((p - avg).abs() < 1e-12, "{res} {t}: got {p}, want {avg}");
+        }
+    }
+    // Bucket starts fall on UTC day and 6 h boundaries.
+    let six = all_pages(&dev, "m1-yes", "6h", start, end).await;
+    let starts: Vec<&str> = six.iter().map(|(t, _)| t.as_str()).collect();
+    assert_eq!(
+        starts,
+        [
+            "2025-09-01T00:00:00Z",
+            "2025-09-01T12:00:00Z",
+            "2025-09-01T18:00:00Z",
+            "2025-09-02T00:00:00Z"
+        ]
+    );
+    let daily = all_pages(&dev, "m1-yes", "1d", start, end).await;
+    assert_eq!(daily[0].0, "2025-09-01T00:00:00Z");
+    assert_eq!(daily[1].0, "2025-09-02T00:00:00Z");
+    assert!(
+        n > 1000 && expected(&ticks, 60).len() > 200,
+        "1m spans several pages of 200"
+    );
+
+    // Half-open range: end_ts excludes the bucket that starts at it.
+    let (_, b) = get(
+        &dev,
+        &format!(
+            "/v1/tokens/m1-yes/prices?start_ts={}&end_ts={}&resolution=1h",
+            DAY + 18 * 3600,
+            DAY + 19 * 3600
+        ),
+    )
+    .await;
+    assert_eq!(b["data"].as_array().unwrap().len(), 1);
+    assert_eq!(b["market_id"], "m1");
+    assert_eq!(b["token_label"], "Yes");
+}
+
+#[tokio::test]
+async fn ingest_gzip_and_idempotent_retries() {
+    use std::io::Write;
+    let dev = Dev::start("gzip", &[]);
+    let body = format!(
+        "{}\n{}\n",
+        market_line("g1"),
+        price_line("g1", "g1-yes", DAY + 30, 0.25)
+    );
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    gz.write_all(body.as_bytes()).unwrap();
+    let gz = gz.finish().unwrap();
+    let send = |key: &'static str| {
+        client()
+            .post(dev.url("/ingest/v1/events"))
+            .bearer_auth(INGEST_TOKEN)
+            .header("Content-Encoding", "gzip")
+            .header("Idempotency-Key", key)
+            .body(gz.clone())
+            .send()
+    };
+    let first = send("batch-1").await.unwrap();
+    assert_eq!(first.status(), 200);
+    let first: serde_json::Value = first.json().await.unwrap();
+    assert_eq!(first["accepted"], 2);
+    let retry = send("batch-1").await.unwrap();
+    assert_eq!(retry.headers()["idempotent-replayed"], "true");
+    assert_eq!(retry.json::<serde_json::Value>().await.unwrap(), first);
+    // A new key appends again: the 1m bucket then averages two equal ticks
+    // (count 2), while the retry above added nothing.
+    send("batch-2").await.unwrap();
+    let path = format!(
+        "/v1/tokens/g1-yes/prices?start_ts={DAY}&end_ts={}&resolution=1m",
+        DAY + 60
+    );
+    wait_for(&dev, &path, |b| {
+        b["data"].as_array().is_some_and(|d| d.len() == 1)
+    })
+    .await;
+    let store = rusqlite::Connection::open(dev.data_dir.join("store.db")).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    loop {
+        let count: i64 = store
+            .query_row(
+                "SELECT count FROM price_buckets WHERE token_id='g1-yes' AND res='1m'",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        if count == 2 {
+            break;
+        }
+        assert!(count < 2, "the retried batch was appended twice");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "second batch never projected"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
