@@ -2,19 +2,16 @@
 
 use crate::*;
 use anyhow::{anyhow, bail, Context};
-use axum::routing::get;
 use axum::Router;
-use hindsight_api::{keys, plans::Plans, ApiState};
+use hindsight::app::{ops_router, Embedded};
+use hindsight_api::{keys, plans::Plans};
 use hindsight_ingest::backfill::{backfill_file, Progress};
 use hindsight_ingest::demo::Demo;
-use hindsight_ingest::http::IngestState;
 use hindsight_projector::runner::ProjectorConfig;
-use hindsight_projector::{EmbeddedSource, Projector};
 use hindsight_schemas::{Event, Timestamp};
 use hindsight_store::log::{AppendBatch, EventLog, Idempotency};
-use hindsight_store::read::KeyStore;
+use hindsight_store::read::{KeyStore, ProjectionStore};
 use hindsight_store::sqlite::{SqliteLog, SqliteStore};
-use metrics_exporter_prometheus::PrometheusHandle;
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -34,15 +31,6 @@ fn lock_projector(dir: &Path) -> anyhow::Result<File> {
         )
     })?;
     Ok(file)
-}
-
-/// `/metrics` for Prometheus and `/livez`, `/readyz` for orchestrators
-/// (unauthenticated, unlike `/v1/health`).
-fn ops_router(handle: PrometheusHandle) -> Router {
-    Router::new()
-        .route("/metrics", get(move || std::future::ready(handle.render())))
-        .route("/livez", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
 }
 
 async fn serve(
@@ -86,20 +74,12 @@ fn projector_config(opts: &ProjectorOpts) -> ProjectorConfig {
     }
 }
 
-fn api_state(store: Arc<SqliteStore>) -> ApiState {
-    ApiState {
-        store: store.clone(),
-        keys: store,
-        plans: Arc::new(Plans::default()),
-    }
-}
-
 pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let handle = hindsight_telemetry::install();
     let dir = &args.data.data_dir;
     let _lock = lock_projector(dir)?;
-    let log = Arc::new(SqliteLog::open(dir)?);
-    let store = Arc::new(SqliteStore::open(dir)?);
+    let app = Embedded::open(dir)?;
+    let (log, store) = (app.log.clone(), app.store.clone());
     let shutdown = shutdown_signal();
 
     let ingest_token = args
@@ -118,14 +98,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .put_key(keys::record_for(&api_key, "dev", &args.demo_plan))
         .await?;
 
-    let projector = Projector::new(
-        Arc::new(EmbeddedSource {
-            log: log.clone(),
-            store: store.clone(),
-        }),
-        store.clone(),
-        projector_config(&args.projector),
-    );
+    let projector = app.projector(projector_config(&args.projector));
     let projector_task = tokio::spawn(projector.run(shutdown.clone()));
 
     let demo = if args.no_demo {
@@ -139,12 +112,9 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         )))
     };
 
-    let router = hindsight_api::router(api_state(store.clone()))
-        .merge(hindsight_ingest::http::router(IngestState {
-            log: log.clone(),
-            token: ingest_token.clone().into(),
-            max_body_bytes: args.ingest.ingest_max_body_bytes,
-        }))
+    let router = app
+        .api_router()
+        .merge(app.ingest_router(&ingest_token, args.ingest.ingest_max_body_bytes))
         .merge(ops_router(handle));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
@@ -249,13 +219,10 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         .ingest_token
         .clone()
         .context("HINDSIGHT_INGEST_TOKEN (or --ingest-token) is required")?;
-    let log = Arc::new(SqliteLog::open(&args.data.data_dir)?);
-    let router = hindsight_ingest::http::router(IngestState {
-        log,
-        token: token.into(),
-        max_body_bytes: args.ingest.ingest_max_body_bytes,
-    })
-    .merge(ops_router(handle));
+    let app = Embedded::open(&args.data.data_dir)?;
+    let router = app
+        .ingest_router(&token, args.ingest.ingest_max_body_bytes)
+        .merge(ops_router(handle));
     serve(args.listen, router, shutdown_signal()).await
 }
 
@@ -263,17 +230,9 @@ pub async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
     let handle = hindsight_telemetry::install();
     let dir = &args.data.data_dir;
     let _lock = lock_projector(dir)?;
-    let log = Arc::new(SqliteLog::open(dir)?);
-    let store = Arc::new(SqliteStore::open(dir)?);
+    let app = Embedded::open(dir)?;
     let shutdown = shutdown_signal();
-    let projector = Projector::new(
-        Arc::new(EmbeddedSource {
-            log,
-            store: store.clone(),
-        }),
-        store,
-        projector_config(&args.projector),
-    );
+    let projector = app.projector(projector_config(&args.projector));
     let task = tokio::spawn(projector.run(shutdown.clone()));
     serve(args.metrics_listen, ops_router(handle), shutdown).await?;
     task.await?;
@@ -282,8 +241,9 @@ pub async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
 
 pub async fn api(args: ApiArgs) -> anyhow::Result<()> {
     let handle = hindsight_telemetry::install();
-    let store = Arc::new(SqliteStore::open(&args.data.data_dir)?);
-    let router = hindsight_api::router(api_state(store)).merge(ops_router(handle));
+    let router = Embedded::open(&args.data.data_dir)?
+        .api_router()
+        .merge(ops_router(handle));
     serve(args.listen, router, shutdown_signal()).await
 }
 
@@ -327,19 +287,10 @@ pub async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
 pub async fn rebuild(args: RebuildArgs) -> anyhow::Result<()> {
     let dir = &args.data.data_dir;
     let _lock = lock_projector(dir)?;
-    let log = Arc::new(SqliteLog::open(dir)?);
-    let store = Arc::new(SqliteStore::open(dir)?);
+    let app = Embedded::open(dir)?;
     let started = std::time::Instant::now();
-    use hindsight_store::read::ProjectionStore;
-    store.reset().await?;
-    let mut projector = Projector::new(
-        Arc::new(EmbeddedSource {
-            log: log.clone(),
-            store: store.clone(),
-        }),
-        store,
-        projector_config(&args.projector),
-    );
+    app.store.reset().await?;
+    let mut projector = app.projector(projector_config(&args.projector));
     let events = projector.catch_up().await?;
     let secs = started.elapsed().as_secs_f64();
     println!(

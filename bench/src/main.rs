@@ -1,1 +1,39 @@
-fn main() {}
+//! `cargo run --release -p hindsight-bench -- pipeline`
+//!
+//! Prints measured figures; asserts nothing. Sections:
+//! - `rollup`: the rollup engine's ticks/s on one core into all resolutions;
+//! - `pipeline`: embedded end-to-end events/s from HTTP ingest to durable
+//!   buckets, the delay from ingest acknowledgement to visibility in `/v1`
+//!   (p50/p99), and peak RSS.
+
+mod pipeline;
+mod rollup;
+
+fn main() -> anyhow::Result<()> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let quick = args.iter().any(|a| a == "--quick");
+    let which: Vec<&str> = args
+        .iter()
+        .map(String::as_str)
+        .filter(|a| !a.starts_with("--"))
+        .collect();
+    let all = which.is_empty();
+    if all || which.contains(&"rollup") {
+        rollup::run(quick);
+    }
+    if all || which.contains(&"pipeline") {
+        pipeline::run(quick)?;
+    }
+    println!("peak RSS of this process: {:.0} MB", peak_rss_mb());
+    Ok(())
+}
+
+/// VmHWM: the most resident memory this process ever had.
+pub fn peak_rss_mb() -> f64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}

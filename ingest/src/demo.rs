@@ -255,7 +255,7 @@ impl Demo {
     /// One round of market data at `ts`: a price for every token, and every
     /// `book_every`-th round a book per token and a metrics sample per market.
     pub fn round(&mut self, ts: Timestamp, book_every: u64, out: &mut Vec<Event>) {
-        let with_books = self.step % book_every.max(1) == 0;
+        let with_books = self.step.is_multiple_of(book_every.max(1));
         self.step += 1;
         for m in &mut self.markets {
             for l in m.logits.iter_mut() {

@@ -35,11 +35,11 @@ impl Table {
 }
 
 /// Identity of one bucket row. `id` is a token id (prices, books) or a
-/// market id (metrics).
+/// market id (metrics), shared: one id names many rows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct RowKey {
     pub table: Table,
-    pub id: String,
+    pub id: std::sync::Arc<str>,
     pub res: Resolution,
     pub bucket: Timestamp,
 }

@@ -144,7 +144,7 @@ impl SqliteStore {
 }
 
 fn load_one(conn: &Connection, key: &RowKey) -> Result<Option<Row>> {
-    let k = params![key.id, key.res.as_str(), key.bucket.millis()];
+    let k = params![&*key.id, key.res.as_str(), key.bucket.millis()];
     let row = match key.table {
         Table::Prices => conn
             .prepare_cached("SELECT sum, count, last_offset FROM price_buckets WHERE token_id=?1 AND res=?2 AND bucket=?3")?
@@ -201,7 +201,7 @@ fn write_row(tx: &Transaction, row: &Row) -> Result<()> {
                 "INSERT OR REPLACE INTO price_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?
             .execute(params![
-                k.id,
+                &*k.id,
                 k.res.as_str(),
                 k.bucket.millis(),
                 sum,
@@ -219,7 +219,7 @@ fn write_row(tx: &Transaction, row: &Row) -> Result<()> {
                 "INSERT OR REPLACE INTO metric_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
-                k.id,
+                &*k.id,
                 k.res.as_str(),
                 k.bucket.millis(),
                 volume_sum,
@@ -239,7 +239,7 @@ fn write_row(tx: &Transaction, row: &Row) -> Result<()> {
                 "INSERT OR REPLACE INTO book_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
-                k.id,
+                &*k.id,
                 k.res.as_str(),
                 k.bucket.millis(),
                 ts.millis(),

@@ -1,0 +1,64 @@
+//! One embedded deployment: the log and read store in a data directory, and
+//! the routers and projector over them.
+
+use axum::routing::get;
+use axum::Router;
+use hindsight_api::{plans::Plans, ApiState};
+use hindsight_ingest::http::IngestState;
+use hindsight_projector::runner::ProjectorConfig;
+use hindsight_projector::{EmbeddedSource, Projector};
+use hindsight_store::sqlite::{SqliteLog, SqliteStore};
+use metrics_exporter_prometheus::PrometheusHandle;
+use std::path::Path;
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub struct Embedded {
+    pub log: Arc<SqliteLog>,
+    pub store: Arc<SqliteStore>,
+}
+
+impl Embedded {
+    pub fn open(dir: &Path) -> hindsight_store::Result<Self> {
+        Ok(Embedded {
+            log: Arc::new(SqliteLog::open(dir)?),
+            store: Arc::new(SqliteStore::open(dir)?),
+        })
+    }
+
+    pub fn projector(&self, config: ProjectorConfig) -> Projector {
+        Projector::new(
+            Arc::new(EmbeddedSource {
+                log: self.log.clone(),
+                store: self.store.clone(),
+            }),
+            self.store.clone(),
+            config,
+        )
+    }
+
+    pub fn api_router(&self) -> Router {
+        hindsight_api::router(ApiState {
+            store: self.store.clone(),
+            keys: self.store.clone(),
+            plans: Arc::new(Plans::default()),
+        })
+    }
+
+    pub fn ingest_router(&self, token: &str, max_body_bytes: usize) -> Router {
+        hindsight_ingest::http::router(IngestState {
+            log: self.log.clone(),
+            token: token.into(),
+            max_body_bytes,
+        })
+    }
+}
+
+/// `/metrics` for Prometheus and `/livez`, `/readyz` for orchestrators
+/// (unauthenticated, unlike `/v1/health`).
+pub fn ops_router(handle: PrometheusHandle) -> Router {
+    Router::new()
+        .route("/metrics", get(move || std::future::ready(handle.render())))
+        .route("/livez", get(|| async { "ok" }))
+        .route("/readyz", get(|| async { "ok" }))
+}
