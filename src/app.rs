@@ -3,6 +3,7 @@
 
 use axum::routing::get;
 use axum::Router;
+use hindsight_api::catalog::Catalog;
 use hindsight_api::{plans::Plans, ApiState};
 use hindsight_ingest::http::IngestState;
 use hindsight_projector::runner::ProjectorConfig;
@@ -11,6 +12,10 @@ use hindsight_store::sqlite::{SqliteLog, SqliteStore};
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
+
+/// How often the API picks up catalog changes for its discovery lists.
+const CATALOG_REFRESH: Duration = Duration::from_millis(250);
 
 #[derive(Clone)]
 pub struct Embedded {
@@ -37,12 +42,17 @@ impl Embedded {
         )
     }
 
-    pub fn api_router(&self) -> Router {
-        hindsight_api::router(ApiState {
+    /// The `/v1` router, with its in-memory catalog loaded and refreshing.
+    pub async fn api_router(&self, plans: Plans) -> hindsight_store::Result<Router> {
+        let catalog = Catalog::new(self.store.clone());
+        catalog.refresh().await?;
+        catalog.spawn_refresher(CATALOG_REFRESH);
+        Ok(hindsight_api::router(ApiState {
             store: self.store.clone(),
             keys: self.store.clone(),
-            plans: Arc::new(Plans::default()),
-        })
+            plans: Arc::new(plans),
+            catalog,
+        }))
     }
 
     pub fn ingest_router(&self, token: &str, max_body_bytes: usize) -> Router {

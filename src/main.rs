@@ -41,13 +41,27 @@ enum Command {
     Rebuild(RebuildArgs),
     /// Manages API keys (only hashes are stored).
     Keys(KeysArgs),
+    /// Prints the OpenAPI document of the /v1 API.
+    Openapi,
 }
 
 #[derive(Args, Clone)]
 pub struct DataArgs {
     /// Directory of the embedded log and read store.
-    #[arg(long, env = "HINDSIGHT_DATA_DIR", default_value = "./hindsight-data")]
+    #[arg(
+        long,
+        env = "HINDSIGHT_DATA_DIR",
+        default_value = "./hindsight-data",
+        global = true
+    )]
     pub data_dir: PathBuf,
+}
+
+#[derive(Args, Clone)]
+pub struct PlanArgs {
+    /// JSON file of plans, added to (or replacing) free, pro and enterprise.
+    #[arg(long, env = "HINDSIGHT_PLANS_FILE", global = true)]
+    pub plans_file: Option<PathBuf>,
 }
 
 #[derive(Args, Clone)]
@@ -78,6 +92,8 @@ pub struct DevArgs {
     pub ingest: IngestOpts,
     #[command(flatten)]
     pub projector: ProjectorOpts,
+    #[command(flatten)]
+    pub plans: PlanArgs,
     /// The API key dev accepts (generated and printed when unset).
     #[arg(long, env = "HINDSIGHT_DEMO_API_KEY", hide_env_values = true)]
     pub demo_api_key: Option<String>,
@@ -124,6 +140,8 @@ pub struct ProjectorArgs {
 pub struct ApiArgs {
     #[command(flatten)]
     pub data: DataArgs,
+    #[command(flatten)]
+    pub plans: PlanArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
 }
@@ -152,6 +170,8 @@ pub struct RebuildArgs {
 pub struct KeysArgs {
     #[command(flatten)]
     pub data: DataArgs,
+    #[command(flatten)]
+    pub plans: PlanArgs,
     #[command(subcommand)]
     pub action: KeysAction,
 }
@@ -191,6 +211,10 @@ fn main() -> anyhow::Result<()> {
             Command::Backfill(args) => services::backfill(args).await,
             Command::Rebuild(args) => services::rebuild(args).await,
             Command::Keys(args) => services::keys(args).await,
+            Command::Openapi => {
+                print!("{}", hindsight_api::openapi::to_pretty_json());
+                Ok(())
+            }
         }
     })
 }

@@ -67,6 +67,10 @@ fn shutdown_signal() -> watch::Receiver<bool> {
     rx
 }
 
+fn load_plans(args: &PlanArgs) -> anyhow::Result<Plans> {
+    Plans::load(args.plans_file.as_deref()).map_err(|e| anyhow!("plans file: {e}"))
+}
+
 fn projector_config(opts: &ProjectorOpts) -> ProjectorConfig {
     ProjectorConfig {
         batch_max: opts.projector_batch_max.max(1),
@@ -91,7 +95,8 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .demo_api_key
         .clone()
         .unwrap_or_else(|| format!("{}{}", keys::KEY_PREFIX, keys::random_hex(32)));
-    if Plans::default().get(&args.demo_plan).is_none() {
+    let plans = load_plans(&args.plans)?;
+    if plans.get(&args.demo_plan).is_none() {
         bail!("unknown plan {:?} for the demo key", args.demo_plan);
     }
     store
@@ -113,7 +118,8 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     };
 
     let router = app
-        .api_router()
+        .api_router(plans)
+        .await?
         .merge(app.ingest_router(&ingest_token, args.ingest.ingest_max_body_bytes))
         .merge(ops_router(handle));
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -241,8 +247,10 @@ pub async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
 
 pub async fn api(args: ApiArgs) -> anyhow::Result<()> {
     let handle = hindsight_telemetry::install();
+    let plans = load_plans(&args.plans)?;
     let router = Embedded::open(&args.data.data_dir)?
-        .api_router()
+        .api_router(plans)
+        .await?
         .merge(ops_router(handle));
     serve(args.listen, router, shutdown_signal()).await
 }
@@ -302,7 +310,7 @@ pub async fn rebuild(args: RebuildArgs) -> anyhow::Result<()> {
 
 pub async fn keys(args: KeysArgs) -> anyhow::Result<()> {
     let store = SqliteStore::open(&args.data.data_dir)?;
-    let plans = Plans::default();
+    let plans = load_plans(&args.plans)?;
     let find = |all: Vec<hindsight_store::read::ApiKeyRecord>, id: &str| {
         all.into_iter()
             .find(|k| k.key_id == id)

@@ -1,16 +1,20 @@
 //! The `/v1` API, served from precomputed buckets and the projected catalog.
 //!
 //! - [`error`]: the one error type; every refusal's status and text.
-//! - [`auth`]: `X-API-Key` → the caller's key and plan (an extractor).
+//! - [`auth`]: `X-API-Key` → the caller's key and plan, and rate limits.
 //! - [`plans`]: what each plan allows.
-//! - [`query`]: history query parameters, validated in an extractor.
+//! - [`query`]: query parameters, validated in extractors.
+//! - [`catalog`]: the in-memory catalog behind the discovery lists.
 //! - [`routes`]: the handlers, which read as the happy path.
+//! - [`openapi`]: the OpenAPI document, generated from the handlers.
 //! - [`keys`]: creating API keys (only hashes are stored).
 
 pub mod auth;
+pub mod catalog;
 pub mod cursor;
 pub mod error;
 pub mod keys;
+pub mod openapi;
 pub mod plans;
 pub mod query;
 pub mod routes;
@@ -18,11 +22,13 @@ pub mod routes;
 use axum::extract::{MatchedPath, Request};
 use axum::http::HeaderValue;
 use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
+use catalog::Catalog;
 use hindsight_store::read::{KeyStore, ReadStore};
 use hindsight_telemetry as tm;
+use routes::{discovery, history};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -31,13 +37,41 @@ pub struct ApiState {
     pub store: Arc<dyn ReadStore>,
     pub keys: Arc<dyn KeyStore>,
     pub plans: Arc<plans::Plans>,
+    pub catalog: Arc<Catalog>,
 }
 
 pub fn router(state: ApiState) -> Router {
-    Router::new()
+    let v1 = Router::new()
         .route("/v1/health", get(routes::health))
-        .route("/v1/tokens/{token_id}/prices", get(routes::token_prices))
-        .with_state(state)
+        .route("/v1/usage", get(routes::usage))
+        .route("/v1/series", get(discovery::list_series))
+        .route("/v1/events", get(discovery::list_events))
+        .route("/v1/markets", get(discovery::list_markets))
+        .route("/v1/markets/{id_or_slug}", get(discovery::get_market))
+        .route("/v1/tags", get(discovery::list_tags))
+        .route(
+            "/v1/markets/{id_or_slug}/metrics",
+            get(history::market_metrics),
+        )
+        .route(
+            "/v1/markets/{id_or_slug}/prices",
+            get(history::market_prices),
+        )
+        .route("/v1/tokens/{token_id}/prices", get(history::token_prices))
+        .route("/v1/markets/{id_or_slug}/books", get(history::market_books))
+        .route("/v1/tokens/{token_id}/books", get(history::token_books))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            auth::authenticate,
+        ))
+        .with_state(state);
+    Router::new()
+        .merge(v1)
+        .route(
+            "/openapi.json",
+            get(|| async { axum::Json(openapi::document()) }),
+        )
+        .fallback(|| async { error::ApiError::NotFound("Not Found".into()).into_response() })
         .layer(middleware::from_fn(observe))
 }
 
@@ -52,7 +86,7 @@ async fn observe(request: Request, next: Next) -> Response {
     let request_id = request
         .headers()
         .get("x-request-id")
-        .filter(|v| v.len() <= 128)
+        .filter(|v| !v.is_empty() && v.len() <= 128)
         .cloned()
         .unwrap_or_else(|| {
             HeaderValue::from_str(&keys::random_hex(8)).expect("hex is a valid header")

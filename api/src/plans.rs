@@ -1,8 +1,15 @@
-//! Plans: what a key may query (SPEC.md §8).
+//! Plans: what a key may query (SPEC.md §8), from configuration.
+//!
+//! Defaults: `free` (60 req/min, finest 1h, 30 days, metrics and prices),
+//! `pro` (600 req/min, finest 1m, 365 days, everything), `enterprise`
+//! (unlimited rate, finest 1m, 100 years, history before coverage). A JSON
+//! file (`--plans-file`) adds plans or replaces these by name.
 
 use crate::error::ApiError;
 use hindsight_schemas::{Resolution, Timestamp};
+use serde::Deserialize;
 use std::collections::HashMap;
+use std::path::Path;
 
 /// Standard coverage starts 2025-08-01T00:00:00Z; earlier history only on
 /// plans with `before_coverage`.
@@ -57,31 +64,53 @@ impl Plan {
             DataPoint::Books => self.books,
         };
         if !allowed {
-            return Err(ApiError::Forbidden(format!(
-                "Your plan does not allow {}.",
-                point.noun()
-            )));
+            return Err(ApiError::Forbidden {
+                reason: "data_point",
+                detail: format!("Your plan does not allow {}.", point.noun()),
+            });
         }
         if res.width_ms() < self.finest.width_ms() {
-            return Err(ApiError::Forbidden(format!(
-                "Your plan does not allow resolution {res}; the finest allowed is {}.",
-                self.finest
-            )));
+            return Err(ApiError::Forbidden {
+                reason: "resolution",
+                detail: format!(
+                    "Your plan does not allow resolution {res}; the finest allowed is {}.",
+                    self.finest
+                ),
+            });
         }
         if start < COVERAGE_START && !self.before_coverage {
-            return Err(ApiError::Forbidden(
-                "History before 2025-08-01 is available on enterprise plans only.".into(),
-            ));
+            return Err(ApiError::Forbidden {
+                reason: "coverage",
+                detail: "History before 2025-08-01 is available on enterprise plans only.".into(),
+            });
         }
         let earliest = Timestamp(now.0 - self.max_history_days as i64 * 86_400_000);
         if start < earliest {
-            return Err(ApiError::Forbidden(format!(
-                "start_ts is beyond your plan's lookback of {} days.",
-                self.max_history_days
-            )));
+            return Err(ApiError::Forbidden {
+                reason: "lookback",
+                detail: format!(
+                    "start_ts is beyond your plan's lookback of {} days.",
+                    self.max_history_days
+                ),
+            });
         }
         Ok(())
     }
+}
+
+/// A plan as written in the plans file.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PlanConfig {
+    /// Omit or null for unlimited.
+    requests_per_minute: Option<u32>,
+    granularity_allowed: String,
+    max_history_days: u32,
+    metrics: bool,
+    prices: bool,
+    books: bool,
+    #[serde(default)]
+    before_coverage: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -110,7 +139,7 @@ impl Default for Plans {
             ),
             (
                 "enterprise".into(),
-                plan("enterprise", None, Resolution::M1, u32::MAX, true, true),
+                plan("enterprise", None, Resolution::M1, 36_500, true, true),
             ),
         ]))
     }
@@ -119,5 +148,66 @@ impl Default for Plans {
 impl Plans {
     pub fn get(&self, name: &str) -> Option<&Plan> {
         self.0.get(name)
+    }
+
+    /// The defaults, with the plans of a JSON file (`{"name": {…}}`) added
+    /// or replacing defaults of the same name.
+    pub fn load(path: Option<&Path>) -> Result<Plans, String> {
+        let mut plans = Plans::default();
+        let Some(path) = path else { return Ok(plans) };
+        let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let file: HashMap<String, PlanConfig> =
+            serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
+        for (name, c) in file {
+            let finest = Resolution::parse(&c.granularity_allowed).ok_or_else(|| {
+                format!(
+                    "{}: plan {name}: granularity_allowed must be one of {}",
+                    path.display(),
+                    Resolution::allowed_list()
+                )
+            })?;
+            plans.0.insert(
+                name.clone(),
+                Plan {
+                    name,
+                    requests_per_minute: c.requests_per_minute,
+                    finest,
+                    max_history_days: c.max_history_days,
+                    metrics: c.metrics,
+                    prices: c.prices,
+                    books: c.books,
+                    before_coverage: c.before_coverage,
+                },
+            );
+        }
+        Ok(plans)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_plans_file_adds_and_replaces_plans() {
+        let path = std::env::temp_dir().join(format!("plans-{}.json", std::process::id()));
+        std::fs::write(
+            &path,
+            r#"{"free": {"requests_per_minute": 5, "granularity_allowed": "1d", "max_history_days": 7,
+                         "metrics": true, "prices": false, "books": false},
+                "research": {"granularity_allowed": "10m", "max_history_days": 90,
+                             "metrics": true, "prices": true, "books": true}}"#,
+        )
+        .unwrap();
+        let plans = Plans::load(Some(&path)).unwrap();
+        assert_eq!(plans.get("free").unwrap().requests_per_minute, Some(5));
+        assert!(!plans.get("free").unwrap().prices);
+        assert_eq!(plans.get("research").unwrap().requests_per_minute, None);
+        assert_eq!(plans.get("research").unwrap().finest, Resolution::M10);
+        assert!(plans.get("pro").is_some());
+        std::fs::write(&path, r#"{"x": {"granularity_allowed": "2h", "max_history_days": 1, "metrics": true, "prices": true, "books": true}}"#).unwrap();
+        assert!(Plans::load(Some(&path))
+            .unwrap_err()
+            .contains("granularity_allowed"));
     }
 }

@@ -70,7 +70,10 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
         .await?;
     let (stop_tx, stop) = watch::channel(false);
     let projector = tokio::spawn(app.projector(ProjectorConfig::default()).run(stop.clone()));
-    let router = app.api_router().merge(app.ingest_router(TOKEN, 64 << 20));
+    let router = app
+        .api_router(Default::default())
+        .await?
+        .merge(app.ingest_router(TOKEN, 64 << 20));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let base = format!("http://{}", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, router).await });

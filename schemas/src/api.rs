@@ -1,25 +1,142 @@
-//! API wire types: the JSON bodies `/v1` returns (SPEC.md §2, and the
-//! official client's models where SPEC says "not shown").
+//! API wire types: the JSON bodies `/v1` returns.
+//!
+//! Shapes follow SPEC.md §2; where SPEC says "not shown" they follow the
+//! official Python client's models (`polymarketdata-sdk`). Each type derives
+//! `ToSchema`, so `/openapi.json` is generated from what handlers serialize.
 
 use serde::Serialize;
+use serde_json::value::RawValue;
+use std::collections::BTreeMap;
+use utoipa::ToSchema;
 
 /// `metadata` of history pages and discovery lists.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
 pub struct PageMetadata {
+    /// Items in this page.
+    #[schema(minimum = 0)]
     pub count: usize,
+    /// The requested maximum for the page.
+    #[schema(minimum = 1)]
     pub limit: usize,
+    /// Opaque cursor of the next page; null when there are no more results.
     pub next_cursor: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct TokenInfo {
+    pub id: String,
+    pub label: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct MarketItem {
+    pub id: String,
+    pub slug: String,
+    pub question: Option<String>,
+    pub status: String,
+    /// ISO 8601 date-time.
+    pub start_date: Option<String>,
+    pub end_date: Option<String>,
+    pub tokens: Vec<TokenInfo>,
+    pub event_id: Option<String>,
+}
+
+/// One market with detail. Returned at top level (SPEC.md §4.2); the
+/// official client wraps it as `{"market": …}` itself.
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct MarketDetail {
+    pub id: String,
+    pub slug: String,
+    pub question: Option<String>,
+    pub status: String,
+    pub start_date: Option<String>,
+    pub end_date: Option<String>,
+    pub tokens: Vec<TokenInfo>,
+    pub event_id: Option<String>,
+    pub description: Option<String>,
+    pub closed_at: Option<String>,
+    pub resolved_token_id: Option<String>,
+    pub resolved_token_label: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct SeriesItem {
+    pub id: String,
+    pub slug: String,
+    pub title: String,
+    pub tags: Vec<String>,
+    pub status: Option<String>,
+    pub start_date: Option<String>,
+    pub end_date: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct EventItem {
+    pub id: String,
+    pub slug: String,
+    pub title: String,
+    pub series_id: Option<String>,
+    pub tags: Vec<String>,
+    pub status: Option<String>,
+    pub start_date: Option<String>,
+    pub end_date: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct MarketListResponse {
+    pub metadata: PageMetadata,
+    pub data: Vec<MarketItem>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct SeriesListResponse {
+    pub metadata: PageMetadata,
+    pub data: Vec<SeriesItem>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct EventListResponse {
+    pub metadata: PageMetadata,
+    pub data: Vec<EventItem>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct TagListResponse {
+    pub count: usize,
+    pub data: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
 pub struct PricePoint {
     /// Bucket start, ISO 8601 UTC.
     pub t: String,
-    /// Average probability in the bucket.
+    /// Average probability in the bucket, 0.0 to 1.0.
+    #[schema(minimum = 0.0, maximum = 1.0)]
     pub p: f64,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct MetricsPoint {
+    /// Bucket start, ISO 8601 UTC.
+    pub t: String,
+    /// Averages over the bucket.
+    pub volume: f64,
+    pub liquidity: f64,
+    pub spread: f64,
+}
+
+/// The last snapshot in the bucket. Levels are `[price, size]`, best first.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct BookPoint {
+    /// Bucket start, ISO 8601 UTC.
+    pub t: String,
+    #[schema(value_type = Vec<Vec<f64>>)]
+    pub bids: Box<RawValue>,
+    #[schema(value_type = Vec<Vec<f64>>)]
+    pub asks: Box<RawValue>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
 pub struct TokenPricesResponse {
     pub market_id: String,
     pub token_id: String,
@@ -29,8 +146,98 @@ pub struct TokenPricesResponse {
     pub metadata: PageMetadata,
 }
 
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TokenBooksResponse {
+    pub market_id: String,
+    pub token_id: String,
+    pub token_label: String,
+    pub resolution: String,
+    pub data: Vec<BookPoint>,
+    pub metadata: PageMetadata,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct MarketPricesResponse {
+    pub market_id: String,
+    pub resolution: String,
+    /// Token label → token id, for every token of the market.
+    pub tokens: BTreeMap<String, String>,
+    /// Token label → chronological points.
+    pub data: BTreeMap<String, Vec<PricePoint>>,
+    pub metadata: PageMetadata,
+}
+
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MarketBooksResponse {
+    pub market_id: String,
+    pub resolution: String,
+    pub tokens: BTreeMap<String, String>,
+    pub data: BTreeMap<String, Vec<BookPoint>>,
+    pub metadata: PageMetadata,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct MetricsResponse {
+    pub market_id: String,
+    pub resolution: String,
+    pub data: Vec<MetricsPoint>,
+    pub metadata: PageMetadata,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
 pub struct HealthResponse {
-    pub status: &'static str,
+    pub status: String,
+    /// Server time, ISO 8601 UTC.
     pub timestamp: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct DataPoints {
+    pub metrics: bool,
+    pub prices: bool,
+    pub books: bool,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct UsageLimits {
+    /// Requests allowed per minute; -1 on unlimited plans.
+    pub requests_per_minute: i64,
+    /// Requests left in the current window; -1 on unlimited plans.
+    pub requests_remaining: i64,
+    /// Finest resolution allowed.
+    pub granularity_allowed: String,
+    /// Rolling lookback window in days.
+    pub max_history_days: i64,
+    pub data_points: DataPoints,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct UsageResponse {
+    pub plan: String,
+    pub organization: String,
+    pub limits: UsageLimits,
+    /// Unix seconds when the rate window resets; null on unlimited plans.
+    pub reset_at: Option<i64>,
+}
+
+/// Error body: a human-readable `detail`.
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct ErrorResponse {
+    pub detail: String,
+}
+
+/// One failed parameter of a 422, in FastAPI's shape.
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct ValidationIssue {
+    /// Path to the parameter, e.g. `["query", "limit"]`.
+    pub loc: Vec<String>,
+    pub msg: String,
+    #[serde(rename = "type")]
+    #[schema(rename = "type")]
+    pub kind: String,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct ValidationErrorResponse {
+    pub detail: Vec<ValidationIssue>,
 }

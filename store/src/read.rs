@@ -149,6 +149,10 @@ pub trait ReadStore: Send + Sync {
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>>;
     /// A market by id, or else by slug.
     async fn market(&self, id_or_slug: &str) -> Result<Option<MarketRecord>>;
+    /// Catalog records (series, events, markets) changed after `since`, in
+    /// change order, with the change position to pass as the next `since`.
+    /// `None` reads everything. Feeds the API's in-memory catalog.
+    async fn catalog_changes(&self, since: Option<u64>) -> Result<Vec<(u64, Event)>>;
 }
 
 /// A stored API key: only its hash is kept.
@@ -169,4 +173,8 @@ pub trait KeyStore: Send + Sync {
     async fn put_key(&self, key: ApiKeyRecord) -> Result<()>;
     async fn key_by_hash(&self, hash: [u8; 32]) -> Result<Option<ApiKeyRecord>>;
     async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>>;
+    /// Counts one request of `key_id` in the rate window starting at
+    /// `window`, atomically across every API process sharing the store, and
+    /// returns the window's count including this request.
+    async fn hit_window(&self, key_id: &str, window: Timestamp) -> Result<u64>;
 }

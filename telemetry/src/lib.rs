@@ -52,6 +52,10 @@ pub const API_REQUESTS: &str = "hindsight_api_requests_total";
 pub const API_REQUEST_SECONDS: &str = "hindsight_api_request_duration_seconds";
 /// Refused API keys, by `reason` (missing, invalid).
 pub const API_AUTH_FAILURES: &str = "hindsight_api_auth_failures_total";
+/// Requests refused by the plan (403), by `reason`.
+pub const API_FORBIDDEN: &str = "hindsight_api_forbidden_total";
+/// Requests refused for exceeding the rate limit (429).
+pub const API_RATE_LIMITED: &str = "hindsight_api_rate_limited_total";
 
 // ---- store --------------------------------------------------------------------
 /// Read-store query latency, by `op`.

@@ -145,3 +145,55 @@ pub fn price_line(market: &str, token: &str, ts_secs: i64, p: f64) -> String {
         r#"{{"kind":"price","market_id":"{market}","token_id":"{token}","ts":{ts_secs},"p":{p}}}"#
     )
 }
+
+/// Creates an API key with the real CLI, in the running store.
+pub fn create_key(data_dir: &Path, org: &str, plan: &str, plans_file: Option<&Path>) -> String {
+    let mut cmd = Command::new(bin());
+    cmd.args(["keys", "create", "--org", org, "--plan", plan, "--data-dir"])
+        .arg(data_dir);
+    if let Some(f) = plans_file {
+        cmd.arg("--plans-file").arg(f);
+    }
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap().trim().to_string()
+}
+
+pub fn keys_cli(data_dir: &Path, args: &[&str]) -> String {
+    let out = Command::new(bin())
+        .arg("keys")
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// GET with a given key (or none); status, headers and JSON body.
+pub async fn get_as(
+    dev: &Dev,
+    key: Option<&str>,
+    path: &str,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    let mut req = client().get(dev.url(path));
+    if let Some(k) = key {
+        req = req.header("X-API-Key", k);
+    }
+    let r = req.send().await.unwrap();
+    let (status, headers) = (r.status().as_u16(), r.headers().clone());
+    (
+        status,
+        headers,
+        r.json().await.unwrap_or(serde_json::Value::Null),
+    )
+}

@@ -27,6 +27,7 @@ use std::time::Duration;
 
 pub const LOG_FILE: &str = "log.db";
 pub const STORE_FILE: &str = "store.db";
+pub const LIMITS_FILE: &str = "limits.db";
 
 #[derive(Clone, Copy, PartialEq)]
 enum Durability {

@@ -67,6 +67,9 @@ CREATE TABLE IF NOT EXISTS tokens (
     token_id TEXT PRIMARY KEY, market_id TEXT NOT NULL, label TEXT NOT NULL, ord INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tokens_market ON tokens (market_id);
+CREATE INDEX IF NOT EXISTS series_version ON series (version_offset);
+CREATE INDEX IF NOT EXISTS events_version ON events (version_offset);
+CREATE INDEX IF NOT EXISTS markets_version ON markets (version_offset);
 
 -- API keys: only a SHA-256 of the key is stored.
 CREATE TABLE IF NOT EXISTS api_keys (
@@ -87,9 +90,19 @@ const DERIVED_TABLES: &[&str] = &[
     "tokens",
 ];
 
+/// Request counts per key and window, in their own file (`limits.db`): every
+/// API request may write here, and must not queue behind the projector.
+const LIMITS_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS rate_windows (
+    key_id TEXT NOT NULL, window_start INTEGER NOT NULL, count INTEGER NOT NULL,
+    PRIMARY KEY (key_id, window_start)
+) WITHOUT ROWID;
+";
+
 pub struct SqliteStore {
     writer: Arc<Mutex<Connection>>,
     readers: Arc<Pool>,
+    limits: Arc<Mutex<Connection>>,
 }
 
 impl SqliteStore {
@@ -103,9 +116,12 @@ impl SqliteStore {
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
             params![SCHEMA_VERSION.to_string()],
         )?;
+        let limits = open(&dir.join(super::LIMITS_FILE), Durability::Normal)?;
+        limits.execute_batch(LIMITS_SCHEMA)?;
         Ok(SqliteStore {
             writer: Arc::new(Mutex::new(conn)),
             readers: Arc::new(Pool::new(path, Durability::Normal)),
+            limits: Arc::new(Mutex::new(limits)),
         })
     }
 
@@ -514,6 +530,36 @@ impl ReadStore for SqliteStore {
         })
         .await
     }
+
+    async fn catalog_changes(&self, since: Option<u64>) -> Result<Vec<(u64, Event)>> {
+        let since = since.map_or(-1, |s| s as i64);
+        self.read("catalog_changes", move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT version_offset, body FROM series WHERE version_offset > ?1
+                 UNION ALL SELECT version_offset, body FROM events WHERE version_offset > ?1
+                 UNION ALL SELECT version_offset, body FROM markets WHERE version_offset > ?1
+                 ORDER BY 1",
+            )?;
+            let mut rows = stmt.query(params![since])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(decode_catalog(
+                    r.get(0)?,
+                    r.get_ref(1)?
+                        .as_blob()
+                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                )?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+}
+
+fn decode_catalog(offset: i64, body: &[u8]) -> Result<(u64, Event)> {
+    codec::decode(body)
+        .map(|e| (offset as u64, e))
+        .map_err(|e| StoreError::Corrupt(format!("catalog body at offset {offset}: {e}")))
 }
 
 fn key_from_row(r: &rusqlite::Row) -> rusqlite::Result<ApiKeyRecord> {
@@ -556,6 +602,31 @@ impl KeyStore for SqliteStore {
                 .optional()?)
         })
         .await
+    }
+
+    async fn hit_window(&self, key_id: &str, window: Timestamp) -> Result<u64> {
+        let (conn, key_id) = (self.limits.clone(), key_id.to_string());
+        let started = Instant::now();
+        let count = blocking(move || {
+            let conn = conn.lock().unwrap();
+            let count: i64 = conn
+                .prepare_cached(
+                    "INSERT INTO rate_windows VALUES (?1, ?2, 1)
+                     ON CONFLICT (key_id, window_start) DO UPDATE SET count = count + 1
+                     RETURNING count",
+                )?
+                .query_row(params![key_id, window.millis()], |r| r.get(0))?;
+            // Old windows are useless; drop them now and then.
+            if count == 1 {
+                conn.prepare_cached("DELETE FROM rate_windows WHERE window_start < ?1")?
+                    .execute(params![window.millis() - 3_600_000])?;
+            }
+            Ok(count as u64)
+        })
+        .await;
+        metrics::histogram!(tm::STORE_QUERY_SECONDS, "op" => "hit_window")
+            .record(started.elapsed().as_secs_f64());
+        count
     }
 
     async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>> {

@@ -1,0 +1,368 @@
+//! The API's in-memory catalog: series, events and markets for discovery.
+//!
+//! Loaded from the read store at start and refreshed incrementally
+//! ([`ReadStore::catalog_changes`]), so listing and searching 100 000
+//! markets is a scan of memory rather than a query per request — and works
+//! the same on a store that cannot search text. History routes do not use it:
+//! they look markets and tokens up in the store, which is always fresh.
+//!
+//! Each list keeps, per sort field, the items in ascending and descending
+//! order (nulls last in both). A page resumes strictly after its cursor's
+//! sort key `(key, id)`, so pages stay correct while records change
+//! underneath: nothing is skipped or repeated that did not move.
+
+use crate::cursor::ListCursor;
+use hindsight_schemas::{Event, EventRecord, MarketRecord, SeriesRecord, Timestamp};
+use hindsight_store::read::ReadStore;
+use std::cmp::Ordering;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+/// Sort fields of discovery lists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortField {
+    CreatedAt,
+    UpdatedAt,
+    StartDate,
+    EndDate,
+}
+
+impl SortField {
+    pub const ALL: [SortField; 4] = [
+        SortField::CreatedAt,
+        SortField::UpdatedAt,
+        SortField::StartDate,
+        SortField::EndDate,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SortField::CreatedAt => "created_at",
+            SortField::UpdatedAt => "updated_at",
+            SortField::StartDate => "start_date",
+            SortField::EndDate => "end_date",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|f| f.as_str() == s)
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SortOrder {
+    Asc,
+    Desc,
+}
+
+/// A catalog record that can be listed.
+pub trait Listed {
+    fn id(&self) -> &str;
+    fn sort_key(&self, field: SortField) -> Option<i64>;
+    /// Lowercased text that `search` matches.
+    fn search_text(&self) -> String;
+}
+
+fn ms(t: Option<Timestamp>) -> Option<i64> {
+    t.map(|t| t.0)
+}
+
+impl Listed for SeriesRecord {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn sort_key(&self, f: SortField) -> Option<i64> {
+        match f {
+            SortField::CreatedAt => Some(self.created_at.0),
+            SortField::UpdatedAt => Some(self.updated_at.0),
+            SortField::StartDate => ms(self.start_date),
+            SortField::EndDate => ms(self.end_date),
+        }
+    }
+    fn search_text(&self) -> String {
+        format!("{}\n{}", self.title, self.slug).to_lowercase()
+    }
+}
+
+impl Listed for EventRecord {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn sort_key(&self, f: SortField) -> Option<i64> {
+        match f {
+            SortField::CreatedAt => Some(self.created_at.0),
+            SortField::UpdatedAt => Some(self.updated_at.0),
+            SortField::StartDate => ms(self.start_date),
+            SortField::EndDate => ms(self.end_date),
+        }
+    }
+    fn search_text(&self) -> String {
+        format!("{}\n{}", self.title, self.slug).to_lowercase()
+    }
+}
+
+impl Listed for MarketRecord {
+    fn id(&self) -> &str {
+        &self.id
+    }
+    fn sort_key(&self, f: SortField) -> Option<i64> {
+        match f {
+            SortField::CreatedAt => Some(self.created_at.0),
+            SortField::UpdatedAt => Some(self.updated_at.0),
+            SortField::StartDate => ms(self.start_date),
+            SortField::EndDate => ms(self.end_date),
+        }
+    }
+    fn search_text(&self) -> String {
+        format!("{}\n{}", self.question.as_deref().unwrap_or(""), self.slug).to_lowercase()
+    }
+}
+
+/// Position of an item in a sort order: nulls last, then key, then id.
+fn position_cmp(order: SortOrder, a: (Option<i64>, &str), b: (Option<i64>, &str)) -> Ordering {
+    match (a.0, b.0) {
+        (None, Some(_)) => Ordering::Greater,
+        (Some(_), None) => Ordering::Less,
+        _ => {
+            let natural = a.0.cmp(&b.0).then_with(|| a.1.cmp(b.1));
+            match order {
+                SortOrder::Asc => natural,
+                SortOrder::Desc => natural.reverse(),
+            }
+        }
+    }
+}
+
+/// One kind of record, with its search texts and sort orders.
+pub struct List<T> {
+    pub items: Vec<T>,
+    search: Vec<String>,
+    /// Per sort field: (ascending, descending) item indices.
+    orders: Vec<(Vec<u32>, Vec<u32>)>,
+}
+
+impl<T: Listed> List<T> {
+    fn build(items: Vec<T>) -> Self {
+        let search = items.iter().map(Listed::search_text).collect();
+        let orders = SortField::ALL
+            .iter()
+            .map(|&f| {
+                let mut asc: Vec<u32> = (0..items.len() as u32).collect();
+                asc.sort_by(|&a, &b| {
+                    let (a, b) = (&items[a as usize], &items[b as usize]);
+                    position_cmp(
+                        SortOrder::Asc,
+                        (a.sort_key(f), a.id()),
+                        (b.sort_key(f), b.id()),
+                    )
+                });
+                let nulls = asc
+                    .iter()
+                    .filter(|&&i| items[i as usize].sort_key(f).is_none())
+                    .count();
+                let split = asc.len() - nulls;
+                let mut desc: Vec<u32> = asc[..split].iter().rev().copied().collect();
+                desc.extend(asc[split..].iter().rev());
+                (asc, desc)
+            })
+            .collect();
+        List {
+            items,
+            search,
+            orders,
+        }
+    }
+
+    /// One page: items passing `keep` in the order, after `after`, at most
+    /// `limit`, and the cursor of the next page when there is one.
+    pub fn page(
+        &self,
+        field: SortField,
+        order: SortOrder,
+        after: Option<&ListCursor>,
+        search: Option<&str>,
+        limit: usize,
+        keep: impl Fn(&T) -> bool,
+    ) -> (Vec<&T>, Option<ListCursor>) {
+        let idx = SortField::ALL
+            .iter()
+            .position(|f| *f == field)
+            .expect("every field is indexed");
+        let sequence = match order {
+            SortOrder::Asc => &self.orders[idx].0,
+            SortOrder::Desc => &self.orders[idx].1,
+        };
+        let start = match after {
+            None => 0,
+            Some(c) => sequence.partition_point(|&i| {
+                let item = &self.items[i as usize];
+                position_cmp(order, (item.sort_key(field), item.id()), (c.key, &c.id))
+                    != Ordering::Greater
+            }),
+        };
+        let mut out = Vec::with_capacity(limit.min(1024));
+        let mut more = false;
+        for &i in &sequence[start..] {
+            let i = i as usize;
+            if search.is_some_and(|s| !self.search[i].contains(s)) || !keep(&self.items[i]) {
+                continue;
+            }
+            if out.len() == limit {
+                more = true;
+                break;
+            }
+            out.push(&self.items[i]);
+        }
+        let next = if more {
+            out.last().map(|last| ListCursor {
+                key: last.sort_key(field),
+                id: last.id().to_string(),
+            })
+        } else {
+            None
+        };
+        (out, next)
+    }
+}
+
+/// An immutable view of the catalog; requests hold one while they list.
+pub struct Snapshot {
+    pub series: List<SeriesRecord>,
+    pub events: List<EventRecord>,
+    pub markets: List<MarketRecord>,
+    event_index: HashMap<String, usize>,
+    event_slugs: HashMap<String, String>,
+    series_slugs: HashMap<String, String>,
+    /// Every tag of series and events, sorted.
+    pub tags: Vec<String>,
+}
+
+impl Snapshot {
+    fn build(records: &Records) -> Self {
+        let mut series: Vec<SeriesRecord> = records.series.values().cloned().collect();
+        let mut events: Vec<EventRecord> = records.events.values().cloned().collect();
+        let mut markets: Vec<MarketRecord> = records.markets.values().cloned().collect();
+        series.sort_by(|a, b| a.id.cmp(&b.id));
+        events.sort_by(|a, b| a.id.cmp(&b.id));
+        markets.sort_by(|a, b| a.id.cmp(&b.id));
+        let tags: BTreeSet<String> = series
+            .iter()
+            .flat_map(|s| s.tags.iter())
+            .chain(events.iter().flat_map(|e| e.tags.iter()))
+            .cloned()
+            .collect();
+        let event_index = events
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.id.clone(), i))
+            .collect();
+        let event_slugs = events
+            .iter()
+            .map(|e| (e.slug.clone(), e.id.clone()))
+            .collect();
+        let series_slugs = series
+            .iter()
+            .map(|s| (s.slug.clone(), s.id.clone()))
+            .collect();
+        Snapshot {
+            series: List::build(series),
+            events: List::build(events),
+            markets: List::build(markets),
+            event_index,
+            event_slugs,
+            series_slugs,
+            tags: tags.into_iter().collect(),
+        }
+    }
+
+    /// The event a market belongs to, if known.
+    pub fn event_of(&self, market: &MarketRecord) -> Option<&EventRecord> {
+        let id = market.event_id.as_deref()?;
+        self.event_index.get(id).map(|&i| &self.events.items[i])
+    }
+
+    pub fn event_id_by_slug(&self, slug: &str) -> Option<&str> {
+        self.event_slugs.get(slug).map(String::as_str)
+    }
+
+    pub fn series_id_by_slug(&self, slug: &str) -> Option<&str> {
+        self.series_slugs.get(slug).map(String::as_str)
+    }
+}
+
+#[derive(Default)]
+struct Records {
+    series: HashMap<String, SeriesRecord>,
+    events: HashMap<String, EventRecord>,
+    markets: HashMap<String, MarketRecord>,
+    /// Change position of the newest change applied.
+    since: Option<u64>,
+}
+
+pub struct Catalog {
+    store: Arc<dyn ReadStore>,
+    records: Mutex<Records>,
+    current: RwLock<Arc<Snapshot>>,
+}
+
+impl Catalog {
+    /// An empty catalog; call [`Catalog::refresh`] to load it.
+    pub fn new(store: Arc<dyn ReadStore>) -> Arc<Self> {
+        let records = Records::default();
+        let current = RwLock::new(Arc::new(Snapshot::build(&records)));
+        Arc::new(Catalog {
+            store,
+            records: Mutex::new(records),
+            current,
+        })
+    }
+
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        self.current.read().unwrap().clone()
+    }
+
+    /// Applies the store's changes since the last refresh; rebuilds the
+    /// snapshot only when something changed.
+    pub async fn refresh(&self) -> hindsight_store::Result<usize> {
+        let since = self.records.lock().unwrap().since;
+        let changes = self.store.catalog_changes(since).await?;
+        if changes.is_empty() {
+            return Ok(0);
+        }
+        let n = changes.len();
+        let snapshot = {
+            let mut records = self.records.lock().unwrap();
+            for (position, event) in changes {
+                records.since = Some(records.since.map_or(position, |s| s.max(position)));
+                match event {
+                    Event::Series(s) => drop(records.series.insert(s.id.clone(), s)),
+                    Event::Event(e) => drop(records.events.insert(e.id.clone(), e)),
+                    Event::Market(m) => drop(records.markets.insert(m.id.clone(), m)),
+                    _ => {}
+                }
+            }
+            Snapshot::build(&records)
+        };
+        *self.current.write().unwrap() = Arc::new(snapshot);
+        Ok(n)
+    }
+
+    /// Refreshes every `every` for as long as the process runs.
+    pub fn spawn_refresher(self: &Arc<Self>, every: Duration) {
+        let catalog = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(every);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tick.tick().await;
+                let Some(catalog) = catalog.upgrade() else {
+                    return;
+                };
+                if let Err(e) = catalog.refresh().await {
+                    tracing::warn!(error = %e, "catalog refresh failed; serving the previous snapshot");
+                }
+            }
+        });
+    }
+}

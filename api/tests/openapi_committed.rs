@@ -1,0 +1,39 @@
+//! The committed `api/openapi.json` is the document the handlers generate:
+//! a change to a route or a wire type shows up as a diff in review.
+
+#[test]
+fn committed_openapi_matches_the_generated_document() {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/openapi.json");
+    let committed = std::fs::read_to_string(path).expect("api/openapi.json is committed");
+    let generated = hindsight_api::openapi::to_pretty_json();
+    assert!(
+        committed == generated,
+        "api/openapi.json is stale: run `cargo run -- openapi > api/openapi.json` and commit it"
+    );
+}
+
+#[test]
+fn document_is_openapi_3_1_version_0_1_1_with_every_spec_route() {
+    let doc: serde_json::Value =
+        serde_json::from_str(&hindsight_api::openapi::to_pretty_json()).unwrap();
+    assert_eq!(doc["openapi"], "3.1.0");
+    assert_eq!(doc["info"]["version"], "0.1.1");
+    let paths = doc["paths"].as_object().unwrap();
+    for route in [
+        "/v1/health",
+        "/v1/usage",
+        "/v1/series",
+        "/v1/events",
+        "/v1/markets",
+        "/v1/markets/{id_or_slug}",
+        "/v1/tags",
+        "/v1/markets/{id_or_slug}/metrics",
+        "/v1/markets/{id_or_slug}/prices",
+        "/v1/tokens/{token_id}/prices",
+        "/v1/markets/{id_or_slug}/books",
+        "/v1/tokens/{token_id}/books",
+    ] {
+        assert!(paths.contains_key(route), "{route}");
+    }
+    assert_eq!(paths.len(), 12);
+}
