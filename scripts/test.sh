@@ -10,3 +10,5 @@ echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
 echo "== cargo test"
 cargo test --workspace --locked
+echo "== official Python client and schemathesis against a live server"
+tests/sdk/run.sh
