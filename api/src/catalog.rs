@@ -64,6 +64,18 @@ pub trait Listed {
     fn search_text(&self) -> String;
 }
 
+impl<T: Listed> Listed for Arc<T> {
+    fn id(&self) -> &str {
+        (**self).id()
+    }
+    fn sort_key(&self, field: SortField) -> Option<i64> {
+        (**self).sort_key(field)
+    }
+    fn search_text(&self) -> String {
+        (**self).search_text()
+    }
+}
+
 fn ms(t: Option<Timestamp>) -> Option<i64> {
     t.map(|t| t.0)
 }
@@ -228,9 +240,9 @@ impl<T: Listed> List<T> {
 
 /// An immutable view of the catalog; requests hold one while they list.
 pub struct Snapshot {
-    pub series: List<SeriesRecord>,
-    pub events: List<EventRecord>,
-    pub markets: List<MarketRecord>,
+    pub series: List<Arc<SeriesRecord>>,
+    pub events: List<Arc<EventRecord>>,
+    pub markets: List<Arc<MarketRecord>>,
     event_index: HashMap<String, usize>,
     event_slugs: HashMap<String, String>,
     series_slugs: HashMap<String, String>,
@@ -240,9 +252,9 @@ pub struct Snapshot {
 
 impl Snapshot {
     fn build(records: &Records) -> Self {
-        let mut series: Vec<SeriesRecord> = records.series.values().cloned().collect();
-        let mut events: Vec<EventRecord> = records.events.values().cloned().collect();
-        let mut markets: Vec<MarketRecord> = records.markets.values().cloned().collect();
+        let mut series: Vec<Arc<SeriesRecord>> = records.series.values().cloned().collect();
+        let mut events: Vec<Arc<EventRecord>> = records.events.values().cloned().collect();
+        let mut markets: Vec<Arc<MarketRecord>> = records.markets.values().cloned().collect();
         series.sort_by(|a, b| a.id.cmp(&b.id));
         events.sort_by(|a, b| a.id.cmp(&b.id));
         markets.sort_by(|a, b| a.id.cmp(&b.id));
@@ -277,7 +289,7 @@ impl Snapshot {
     }
 
     /// The event a market belongs to, if known.
-    pub fn event_of(&self, market: &MarketRecord) -> Option<&EventRecord> {
+    pub fn event_of(&self, market: &MarketRecord) -> Option<&Arc<EventRecord>> {
         let id = market.event_id.as_deref()?;
         self.event_index.get(id).map(|&i| &self.events.items[i])
     }
@@ -291,11 +303,12 @@ impl Snapshot {
     }
 }
 
+/// The latest version of every record; snapshots share them.
 #[derive(Default)]
 struct Records {
-    series: HashMap<String, SeriesRecord>,
-    events: HashMap<String, EventRecord>,
-    markets: HashMap<String, MarketRecord>,
+    series: HashMap<String, Arc<SeriesRecord>>,
+    events: HashMap<String, Arc<EventRecord>>,
+    markets: HashMap<String, Arc<MarketRecord>>,
     /// Change position of the newest change applied.
     since: Option<u64>,
 }
@@ -336,9 +349,9 @@ impl Catalog {
             for (position, event) in changes {
                 records.since = Some(records.since.map_or(position, |s| s.max(position)));
                 match event {
-                    Event::Series(s) => drop(records.series.insert(s.id.clone(), s)),
-                    Event::Event(e) => drop(records.events.insert(e.id.clone(), e)),
-                    Event::Market(m) => drop(records.markets.insert(m.id.clone(), m)),
+                    Event::Series(s) => drop(records.series.insert(s.id.clone(), Arc::new(s))),
+                    Event::Event(e) => drop(records.events.insert(e.id.clone(), Arc::new(e))),
+                    Event::Market(m) => drop(records.markets.insert(m.id.clone(), Arc::new(m))),
                     _ => {}
                 }
             }

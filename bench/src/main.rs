@@ -4,8 +4,12 @@
 //! - `rollup`: the rollup engine's ticks/s on one core into all resolutions;
 //! - `pipeline`: embedded end-to-end events/s from HTTP ingest to durable
 //!   buckets, the delay from ingest acknowledgement to visibility in `/v1`
-//!   (p50/p99), and peak RSS.
+//!   (p50/p99), and peak RSS;
+//! - `api`: req/s and p50/p99 of history pages and a search over 100 000
+//!   markets next to a hello-world route, and the API process's peak RSS
+//!   (needs `cargo build --release` first, for the `hindsight` binary).
 
+mod api;
 mod pipeline;
 mod rollup;
 
@@ -23,6 +27,9 @@ fn main() -> anyhow::Result<()> {
     }
     if all || which.contains(&"pipeline") {
         pipeline::run(quick)?;
+    }
+    if all || which.contains(&"api") {
+        api::run(quick)?;
     }
     println!("peak RSS of this process: {:.0} MB", peak_rss_mb());
     Ok(())

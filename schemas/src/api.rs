@@ -9,6 +9,8 @@ use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 use utoipa::ToSchema;
 
+use crate::time::IsoTime;
+
 /// `metadata` of history pages and discovery lists.
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
 pub struct PageMetadata {
@@ -109,7 +111,8 @@ pub struct TagListResponse {
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
 pub struct PricePoint {
     /// Bucket start, ISO 8601 UTC.
-    pub t: String,
+    #[schema(value_type = String)]
+    pub t: IsoTime,
     /// Average probability in the bucket, 0.0 to 1.0.
     #[schema(minimum = 0.0, maximum = 1.0)]
     pub p: f64,
@@ -118,7 +121,8 @@ pub struct PricePoint {
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
 pub struct MetricsPoint {
     /// Bucket start, ISO 8601 UTC.
-    pub t: String,
+    #[schema(value_type = String)]
+    pub t: IsoTime,
     /// Averages over the bucket.
     pub volume: f64,
     pub liquidity: f64,
@@ -129,7 +133,8 @@ pub struct MetricsPoint {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct BookPoint {
     /// Bucket start, ISO 8601 UTC.
-    pub t: String,
+    #[schema(value_type = String)]
+    pub t: IsoTime,
     #[schema(value_type = Vec<Vec<f64>>)]
     pub bids: Box<RawValue>,
     #[schema(value_type = Vec<Vec<f64>>)]

@@ -20,7 +20,7 @@ pub use event::{
     SeriesRecord, Token,
 };
 pub use resolution::Resolution;
-pub use time::Timestamp;
+pub use time::{IsoTime, Timestamp};
 
 /// Longest id or slug accepted anywhere (SPEC §8: path ids are 1..200).
 pub const MAX_ID_LEN: usize = 200;

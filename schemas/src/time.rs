@@ -77,6 +77,72 @@ impl Timestamp {
     }
 }
 
+/// A timestamp that serializes as ISO 8601 UTC text (`2025-09-01T00:00:00Z`,
+/// with `.mmm` when it has milliseconds) without allocating: history pages
+/// write hundreds of them per response.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct IsoTime(pub Timestamp);
+
+impl serde::Serialize for IsoTime {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut buf = [0u8; 24];
+        match self.0.write_iso(&mut buf) {
+            Some(text) => s.serialize_str(text),
+            None => s.serialize_str(&self.0.to_rfc3339()),
+        }
+    }
+}
+
+impl Timestamp {
+    /// ISO 8601 for years 0000..=9999 into `buf`, as [`Timestamp::to_rfc3339`]
+    /// writes it; `None` outside that range.
+    pub fn write_iso(self, buf: &mut [u8; 24]) -> Option<&str> {
+        let (secs, ms) = (self.0.div_euclid(1000), self.0.rem_euclid(1000));
+        let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+        // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+        let z = days + 719_468;
+        let era = z.div_euclid(146_097);
+        let doe = z - era * 146_097;
+        let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+        let mp = (5 * doy + 2) / 153;
+        let day = doy - (153 * mp + 2) / 5 + 1;
+        let month = if mp < 10 { mp + 3 } else { mp - 9 };
+        let year = yoe + era * 400 + i64::from(month <= 2);
+        if !(0..=9999).contains(&year) {
+            return None;
+        }
+        fn put(buf: &mut [u8; 24], at: usize, value: i64, width: usize) {
+            let mut v = value;
+            for i in (0..width).rev() {
+                buf[at + i] = b'0' + (v % 10) as u8;
+                v /= 10;
+            }
+        }
+        put(buf, 0, year, 4);
+        put(buf, 5, month, 2);
+        put(buf, 8, day, 2);
+        put(buf, 11, rem / 3600, 2);
+        put(buf, 14, rem % 3600 / 60, 2);
+        put(buf, 17, rem % 60, 2);
+        buf[4] = b'-';
+        buf[7] = b'-';
+        buf[10] = b'T';
+        buf[13] = b':';
+        buf[16] = b':';
+        let len = if ms == 0 {
+            buf[19] = b'Z';
+            20
+        } else {
+            buf[19] = b'.';
+            put(buf, 20, ms, 3);
+            buf[23] = b'Z';
+            24
+        };
+        std::str::from_utf8(&buf[..len]).ok()
+    }
+}
+
 impl std::fmt::Display for Timestamp {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.to_rfc3339())
@@ -137,6 +203,20 @@ mod tests {
             Timestamp(1_756_684_800_000).to_rfc3339(),
             "2025-09-01T00:00:00Z"
         );
+    }
+
+    #[test]
+    fn fast_iso_writer_matches_chrono() {
+        let mut x: u64 = 1;
+        for _ in 0..100_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let ms = (x >> 20) as i64 % 8_000_000_000_000 - 1_000_000_000_000;
+            let t = Timestamp(if x & 1 == 0 { ms / 1000 * 1000 } else { ms });
+            let mut buf = [0u8; 24];
+            assert_eq!(t.write_iso(&mut buf).unwrap(), t.to_rfc3339(), "{}", t.0);
+        }
     }
 
     #[test]

@@ -96,7 +96,7 @@ pub async fn list_series(
                 && q.keeps_tags(&s.tags)
         },
     );
-    let data: Vec<SeriesItem> = page.into_iter().map(series_item).collect();
+    let data: Vec<SeriesItem> = page.into_iter().map(|s| series_item(s)).collect();
     Ok(Json(SeriesListResponse {
         metadata: metadata(&q, "series", data.len(), next),
         data,
@@ -136,7 +136,7 @@ pub async fn list_events(
                 && q.keeps_tags(&e.tags)
         },
     );
-    let data: Vec<EventItem> = page.into_iter().map(event_item).collect();
+    let data: Vec<EventItem> = page.into_iter().map(|e| event_item(e)).collect();
     Ok(Json(EventListResponse {
         metadata: metadata(&q, "events", data.len(), next),
         data,
@@ -174,7 +174,7 @@ pub async fn list_markets(
                 && q.keeps_tags(catalog.event_of(m).map_or(&no_tags, |e| &e.tags))
         },
     );
-    let data: Vec<MarketItem> = page.into_iter().map(market_item).collect();
+    let data: Vec<MarketItem> = page.into_iter().map(|m| market_item(m)).collect();
     Ok(Json(MarketListResponse {
         metadata: metadata(&q, "markets", data.len(), next),
         data,

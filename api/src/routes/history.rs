@@ -15,7 +15,7 @@ use crate::ApiState;
 use axum::extract::{Path, State};
 use axum::Json;
 use hindsight_schemas::api::*;
-use hindsight_schemas::{MarketRecord, Timestamp};
+use hindsight_schemas::{IsoTime, MarketRecord, Timestamp};
 use hindsight_store::read::{self, TokenRef};
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
@@ -58,7 +58,7 @@ fn price_points(points: Vec<read::PricePoint>) -> Vec<PricePoint> {
     points
         .into_iter()
         .map(|p| PricePoint {
-            t: p.t.to_rfc3339(),
+            t: IsoTime(p.t),
             p: p.p,
         })
         .collect()
@@ -75,7 +75,7 @@ fn book_points(points: Vec<read::BookPoint>) -> Result<Vec<BookPoint>, ApiError>
                 })
             };
             Ok(BookPoint {
-                t: b.t.to_rfc3339(),
+                t: IsoTime(b.t),
                 bids: raw(b.bids)?,
                 asks: raw(b.asks)?,
             })
@@ -315,7 +315,7 @@ pub async fn market_metrics(
     let data: Vec<MetricsPoint> = points
         .into_iter()
         .map(|m| MetricsPoint {
-            t: m.t.to_rfc3339(),
+            t: IsoTime(m.t),
             volume: m.volume,
             liquidity: m.liquidity,
             spread: m.spread,

@@ -37,6 +37,10 @@ enum Durability {
     Normal,
 }
 
+/// Page cache of writer connections; readers get a quarter (the OS page
+/// cache holds the rest, and the API may open a dozen readers).
+const WRITER_CACHE_KB: i64 = 16_000;
+
 fn open(path: &Path, durability: Durability) -> Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(10))?;
@@ -46,7 +50,7 @@ fn open(path: &Path, durability: Durability) -> Result<Connection> {
         Durability::Normal => "NORMAL",
     };
     conn.pragma_update(None, "synchronous", sync)?;
-    conn.pragma_update(None, "cache_size", -16_000)?; // 16 MB per connection
+    conn.pragma_update(None, "cache_size", -WRITER_CACHE_KB)?;
     conn.set_prepared_statement_cache_capacity(64);
     Ok(conn)
 }
@@ -72,7 +76,11 @@ impl Pool {
         let conn = self.idle.lock().unwrap().pop();
         let conn = match conn {
             Some(c) => c,
-            None => open(&self.path, self.durability)?,
+            None => {
+                let c = open(&self.path, self.durability)?;
+                c.pragma_update(None, "cache_size", -WRITER_CACHE_KB / 4)?;
+                c
+            }
         };
         let out = f(&conn);
         let mut idle = self.idle.lock().unwrap();

@@ -1,0 +1,255 @@
+//! The API under load: a separate `hindsight api` process over a store of
+//! 100 000 markets, driven over loopback by this process. Each route is
+//! measured next to a hello-world route of the same server (`/livez`) in
+//! the same run; the API process's peak RSS is read from /proc.
+//!
+//! Needs the release binary next to this one: `cargo build --release`.
+
+use hindsight::app::Embedded;
+use hindsight_api::keys;
+use hindsight_projector::runner::ProjectorConfig;
+use hindsight_schemas::*;
+use hindsight_store::log::{AppendBatch, EventLog};
+use hindsight_store::read::KeyStore;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+const KEY: &str = "hsk_bench_api_key";
+const DAY: i64 = 1_756_684_800_000;
+
+pub fn run(quick: bool) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run_async(quick))
+}
+
+fn market(i: usize) -> Event {
+    Event::Market(MarketRecord {
+        id: format!("bm-{i:06}"),
+        slug: format!("bench-market-{i:06}"),
+        event_id: Some(format!("be-{}", i / 10)),
+        question: Some(format!(
+            "Will benchmark outcome number {i} resolve yes by the end of the season?"
+        )),
+        description: None,
+        status: "open".into(),
+        start_date: Some(Timestamp(DAY)),
+        end_date: None,
+        closed_at: None,
+        resolved_token_id: None,
+        resolved_token_label: None,
+        tokens: vec![
+            Token {
+                id: format!("bm-{i:06}-yes"),
+                label: "Yes".into(),
+            },
+            Token {
+                id: format!("bm-{i:06}-no"),
+                label: "No".into(),
+            },
+        ],
+        created_at: Timestamp(DAY),
+        updated_at: Timestamp(DAY + i as i64),
+    })
+}
+
+/// 100 000 markets; 400 minutes of ticks and books for market 0.
+async fn seed(app: &Embedded, markets: usize) -> anyhow::Result<()> {
+    for chunk in (0..markets).collect::<Vec<_>>().chunks(20_000) {
+        let events = chunk.iter().map(|&i| market(i)).collect();
+        app.log
+            .append(AppendBatch {
+                events,
+                idempotency: None,
+            })
+            .await?;
+    }
+    let mut events = Vec::new();
+    for k in 0..400 {
+        let ts = Timestamp(DAY + k * 60_000);
+        for (token, p) in [("bm-000000-yes", 0.4), ("bm-000000-no", 0.6)] {
+            events.push(Event::Price(PriceTick {
+                market_id: "bm-000000".into(),
+                token_id: token.into(),
+                ts,
+                p,
+            }));
+            let levels = |base: f64, step: f64| {
+                (0..10)
+                    .map(|l| BookLevel {
+                        price: base + step * l as f64,
+                        size: 100.0,
+                    })
+                    .collect()
+            };
+            events.push(Event::Book(BookSnapshot {
+                market_id: "bm-000000".into(),
+                token_id: token.into(),
+                ts,
+                bids: levels(0.39, -0.01),
+                asks: levels(0.41, 0.01),
+            }));
+        }
+    }
+    app.log
+        .append(AppendBatch {
+            events,
+            idempotency: None,
+        })
+        .await?;
+    app.projector(ProjectorConfig::default()).catch_up().await?;
+    app.store
+        .put_key(keys::record_for(KEY, "bench", "enterprise"))
+        .await?;
+    Ok(())
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn peak_rss_mb(pid: u32) -> f64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
+        .map_or(f64::NAN, |kb| kb / 1024.0)
+}
+
+struct Figures {
+    rps: f64,
+    p50: f64,
+    p99: f64,
+}
+
+/// `connections` clients hitting `url` for `secs`; every response must be 200.
+async fn load(client: &reqwest::Client, url: &str, connections: usize, secs: f64) -> Figures {
+    let until = Instant::now() + Duration::from_secs_f64(secs);
+    let mut tasks = Vec::new();
+    for _ in 0..connections {
+        let (client, url) = (client.clone(), url.to_string());
+        tasks.push(tokio::spawn(async move {
+            let mut lat = Vec::new();
+            while Instant::now() < until {
+                let t = Instant::now();
+                let r = client
+                    .get(&url)
+                    .header("X-API-Key", KEY)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200, "{url}");
+                r.bytes().await.unwrap();
+                lat.push(t.elapsed().as_secs_f64() * 1000.0);
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort_by(f64::total_cmp);
+    let pct = |q: f64| all[((all.len() as f64 * q).ceil() as usize).clamp(1, all.len()) - 1];
+    Figures {
+        rps: all.len() as f64 / secs,
+        p50: pct(0.5),
+        p99: pct(0.99),
+    }
+}
+
+async fn run_async(quick: bool) -> anyhow::Result<()> {
+    let bin = std::env::current_exe()?.with_file_name("hindsight");
+    anyhow::ensure!(
+        bin.exists(),
+        "{} is missing: run `cargo build --release` first",
+        bin.display()
+    );
+    let dir = std::env::temp_dir().join(format!("hindsight-bench-api-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let markets = 100_000;
+    let started = Instant::now();
+    seed(&Embedded::open(&dir)?, markets).await?;
+    println!(
+        "== API ({markets} markets seeded in {:.1} s; separate `hindsight api` process)",
+        started.elapsed().as_secs_f64()
+    );
+
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let server = Server(
+        Command::new(&bin)
+            .args([
+                "api",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--data-dir",
+            ])
+            .arg(&dir)
+            .stdout(Stdio::null())
+            .spawn()?,
+    );
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    // Ready once the catalog is loaded: a search finds the last market.
+    loop {
+        if let Ok(r) = client
+            .get(format!("{base}/v1/markets?search=bench-market-099999"))
+            .header("X-API-Key", KEY)
+            .send()
+            .await
+        {
+            if r.status() == 200 && r.text().await?.contains("bm-099999") {
+                break;
+            }
+        }
+        anyhow::ensure!(Instant::now() < deadline, "api did not come up");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let (start, end) = (DAY / 1000, DAY / 1000 + 86_400);
+    let routes = [
+        ("hello world (/livez)", "/livez".to_string()),
+        ("token prices, 200 points", format!("/v1/tokens/bm-000000-yes/prices?start_ts={start}&end_ts={end}&resolution=1m&limit=200")),
+        ("market prices, 2 tokens x 100", format!("/v1/markets/bm-000000/prices?start_ts={start}&end_ts={end}&resolution=1m&limit=200")),
+        ("token books, 100 snapshots x 20 levels", format!("/v1/tokens/bm-000000-yes/books?start_ts={start}&end_ts={end}&resolution=1m&limit=100")),
+        ("markets search over 100 000", "/v1/markets?search=outcome%20number%2077777%20".to_string()),
+    ];
+    let secs = if quick { 1.5 } else { 4.0 };
+    let mut hello = 0.0;
+    println!(
+        "   {:<40} {:>10} {:>9} {:>9} {:>9}",
+        "route", "req/s", "p50 ms", "p99 ms", "x hello"
+    );
+    for (name, path) in routes {
+        let f = load(&client, &format!("{base}{path}"), 8, secs).await;
+        if hello == 0.0 {
+            hello = f.rps;
+        }
+        println!(
+            "   {name:<40} {:>10.0} {:>9.2} {:>9.2} {:>9.2}",
+            f.rps,
+            f.p50,
+            f.p99,
+            f.rps / hello
+        );
+    }
+    println!(
+        "   peak RSS of the API process: {:.0} MB",
+        peak_rss_mb(server.0.id())
+    );
+    drop(server);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
