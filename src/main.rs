@@ -43,6 +43,94 @@ enum Command {
     Keys(KeysArgs),
     /// Prints the OpenAPI document of the /v1 API.
     Openapi,
+    /// Kafka administration.
+    Kafka(KafkaCommand),
+}
+
+#[derive(Args, Clone)]
+pub struct KafkaCommand {
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
+    #[command(subcommand)]
+    pub action: KafkaAction,
+}
+
+#[derive(Subcommand, Clone)]
+pub enum KafkaAction {
+    /// Creates the topics (or verifies existing ones) through the admin API.
+    Init,
+}
+
+#[derive(Args, Clone)]
+pub struct KafkaArgs {
+    /// Kafka bootstrap servers (`host:port,…`). When set, the event log is
+    /// Kafka; otherwise it is the embedded log in the data directory.
+    #[arg(long, env = "HINDSIGHT_KAFKA_BROKERS", global = true)]
+    pub kafka_brokers: Option<String>,
+    /// Topics are `{prefix}.prices`, `.books`, `.metrics` and `.catalog`.
+    #[arg(
+        long,
+        env = "HINDSIGHT_KAFKA_TOPIC_PREFIX",
+        default_value = "hindsight",
+        global = true
+    )]
+    pub kafka_topic_prefix: String,
+    /// Partitions per topic, for `kafka init`.
+    #[arg(
+        long,
+        env = "HINDSIGHT_KAFKA_PARTITIONS",
+        default_value_t = 6,
+        global = true
+    )]
+    pub kafka_partitions: i32,
+    /// Replication factor, for `kafka init`.
+    #[arg(
+        long,
+        env = "HINDSIGHT_KAFKA_REPLICATION",
+        default_value_t = 1,
+        global = true
+    )]
+    pub kafka_replication: i32,
+    /// Consumer group of the projectors.
+    #[arg(
+        long,
+        env = "HINDSIGHT_KAFKA_GROUP",
+        default_value = "hindsight-projector",
+        global = true
+    )]
+    pub kafka_group: String,
+    /// Events an ingest process may have sent but not yet seen confirmed;
+    /// beyond it, ingest answers 503.
+    #[arg(
+        long,
+        env = "HINDSIGHT_KAFKA_MAX_IN_FLIGHT",
+        default_value_t = 200_000,
+        global = true
+    )]
+    pub kafka_max_in_flight: usize,
+    /// How long a record is retried before its batch fails (503).
+    #[arg(
+        long,
+        env = "HINDSIGHT_KAFKA_DELIVERY_TIMEOUT_MS",
+        default_value_t = 10_000,
+        global = true
+    )]
+    pub kafka_delivery_timeout_ms: u64,
+}
+
+impl KafkaArgs {
+    pub fn config(&self) -> Option<hindsight_kafka::KafkaConfig> {
+        self.kafka_brokers
+            .as_ref()
+            .map(|brokers| hindsight_kafka::KafkaConfig {
+                brokers: brokers.clone(),
+                topic_prefix: self.kafka_topic_prefix.clone(),
+                partitions: self.kafka_partitions,
+                replication: self.kafka_replication,
+                group: self.kafka_group.clone(),
+                max_in_flight: self.kafka_max_in_flight.max(1),
+            })
+    }
 }
 
 #[derive(Args, Clone)]
@@ -115,6 +203,8 @@ pub struct DevArgs {
 pub struct IngestArgs {
     #[command(flatten)]
     pub data: DataArgs,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: SocketAddr,
     #[command(flatten)]
@@ -125,6 +215,8 @@ pub struct IngestArgs {
 pub struct ProjectorArgs {
     #[command(flatten)]
     pub data: DataArgs,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
     /// Address of the projector's /metrics, /livez and /readyz.
     #[arg(
         long,
@@ -150,6 +242,8 @@ pub struct ApiArgs {
 pub struct BackfillArgs {
     #[command(flatten)]
     pub data: DataArgs,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
     /// NDJSON files; gzip is detected by content.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
@@ -162,6 +256,8 @@ pub struct BackfillArgs {
 pub struct RebuildArgs {
     #[command(flatten)]
     pub data: DataArgs,
+    #[command(flatten)]
+    pub kafka: KafkaArgs,
     #[command(flatten)]
     pub projector: ProjectorOpts,
 }
@@ -211,6 +307,7 @@ fn main() -> anyhow::Result<()> {
             Command::Backfill(args) => services::backfill(args).await,
             Command::Rebuild(args) => services::rebuild(args).await,
             Command::Keys(args) => services::keys(args).await,
+            Command::Kafka(args) => services::kafka(args).await,
             Command::Openapi => {
                 print!("{}", hindsight_api::openapi::to_pretty_json());
                 Ok(())

@@ -7,11 +7,14 @@ use hindsight::app::{ops_router, Embedded};
 use hindsight_api::{keys, plans::Plans};
 use hindsight_ingest::backfill::{backfill_file, Progress};
 use hindsight_ingest::demo::Demo;
-use hindsight_projector::runner::ProjectorConfig;
+use hindsight_ingest::http::IngestState;
+use hindsight_kafka::{KafkaLog, KafkaSource};
+use hindsight_projector::runner::{ConsumerSource, ProjectorConfig};
+use hindsight_projector::{EmbeddedSource, Projector};
 use hindsight_schemas::{Event, Timestamp};
 use hindsight_store::log::{AppendBatch, EventLog, Idempotency};
 use hindsight_store::read::{KeyStore, ProjectionStore};
-use hindsight_store::sqlite::{SqliteLog, SqliteStore};
+use hindsight_store::sqlite::{IdempotencyFile, SqliteLog, SqliteStore};
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -225,20 +228,87 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         .ingest_token
         .clone()
         .context("HINDSIGHT_INGEST_TOKEN (or --ingest-token) is required")?;
-    let app = Embedded::open(&args.data.data_dir)?;
-    let router = app
-        .ingest_router(&token, args.ingest.ingest_max_body_bytes)
-        .merge(ops_router(handle));
-    serve(args.listen, router, shutdown_signal()).await
+    let (log, kafka) = event_log(&args.data, &args.kafka)?;
+    let router = hindsight_ingest::http::router(IngestState {
+        log,
+        token: token.into(),
+        max_body_bytes: args.ingest.ingest_max_body_bytes,
+    })
+    .merge(ops_router(handle));
+    serve(args.listen, router, shutdown_signal()).await?;
+    if let Some(kafka) = kafka {
+        kafka.flush(Duration::from_secs(10));
+    }
+    Ok(())
+}
+
+/// The event log: Kafka when brokers are configured, else the embedded log.
+fn event_log(
+    data: &DataArgs,
+    kafka: &KafkaArgs,
+) -> anyhow::Result<(Arc<dyn EventLog>, Option<Arc<KafkaLog>>)> {
+    match kafka.config() {
+        Some(config) => {
+            hindsight_kafka::topics::verify(&config, Duration::from_secs(10))?;
+            let idempotency = IdempotencyFile::open(&data.data_dir)?;
+            let log = Arc::new(KafkaLog::new(
+                config,
+                Some(idempotency),
+                Duration::from_millis(kafka.kafka_delivery_timeout_ms),
+            )?);
+            Ok((log.clone(), Some(log)))
+        }
+        None => Ok((Arc::new(SqliteLog::open(&data.data_dir)?), None)),
+    }
+}
+
+/// Where a projector reads: the Kafka group, or the embedded log (then
+/// holding the data directory's projector lock).
+fn consumer_source(
+    data: &DataArgs,
+    kafka: &KafkaArgs,
+    store: &Arc<SqliteStore>,
+) -> anyhow::Result<(Arc<dyn ConsumerSource>, Option<File>)> {
+    match kafka.config() {
+        Some(config) => {
+            hindsight_kafka::topics::verify(&config, Duration::from_secs(10))?;
+            Ok((Arc::new(KafkaSource { config }), None))
+        }
+        None => {
+            let lock = lock_projector(&data.data_dir)?;
+            let log = Arc::new(SqliteLog::open(&data.data_dir)?);
+            Ok((
+                Arc::new(EmbeddedSource {
+                    log,
+                    store: store.clone(),
+                }),
+                Some(lock),
+            ))
+        }
+    }
+}
+
+pub async fn kafka(args: KafkaCommand) -> anyhow::Result<()> {
+    let config = args
+        .kafka
+        .config()
+        .context("HINDSIGHT_KAFKA_BROKERS (or --kafka-brokers) is required")?;
+    match args.action {
+        KafkaAction::Init => {
+            for line in hindsight_kafka::topics::init(&config).await? {
+                println!("{line}");
+            }
+        }
+    }
+    Ok(())
 }
 
 pub async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
     let handle = hindsight_telemetry::install();
-    let dir = &args.data.data_dir;
-    let _lock = lock_projector(dir)?;
-    let app = Embedded::open(dir)?;
+    let store = Arc::new(SqliteStore::open(&args.data.data_dir)?);
+    let (source, _lock) = consumer_source(&args.data, &args.kafka, &store)?;
     let shutdown = shutdown_signal();
-    let projector = app.projector(projector_config(&args.projector));
+    let projector = Projector::new(source, store, projector_config(&args.projector));
     let task = tokio::spawn(projector.run(shutdown.clone()));
     serve(args.metrics_listen, ops_router(handle), shutdown).await?;
     task.await?;
@@ -256,11 +326,11 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<()> {
 }
 
 pub async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
-    let log = SqliteLog::open(&args.data.data_dir)?;
+    let (log, _) = event_log(&args.data, &args.kafka)?;
     let mut progress = Progress::new(!args.no_progress);
     let (mut lines, mut accepted, mut skipped, mut rejected) = (0, 0, 0, 0);
     for file in &args.files {
-        let report = backfill_file(&log, file, &mut progress)
+        let report = backfill_file(log.as_ref(), file, &mut progress)
             .await
             .map_err(|e| anyhow!(e))?;
         println!(
@@ -293,12 +363,19 @@ pub async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
 }
 
 pub async fn rebuild(args: RebuildArgs) -> anyhow::Result<()> {
-    let dir = &args.data.data_dir;
-    let _lock = lock_projector(dir)?;
-    let app = Embedded::open(dir)?;
+    let store = Arc::new(SqliteStore::open(&args.data.data_dir)?);
+    // A fresh consumer group reads Kafka from the beginning; the embedded
+    // log is read from offset 0 once the store is reset.
+    let mut kafka = args.kafka.clone();
+    kafka.kafka_group = format!(
+        "{}-rebuild-{}",
+        kafka.kafka_group,
+        Timestamp::now().millis()
+    );
+    let (source, _lock) = consumer_source(&args.data, &kafka, &store)?;
     let started = std::time::Instant::now();
-    app.store.reset().await?;
-    let mut projector = app.projector(projector_config(&args.projector));
+    store.reset().await?;
+    let mut projector = Projector::new(source, store, projector_config(&args.projector));
     let events = projector.catch_up().await?;
     let secs = started.elapsed().as_secs_f64();
     println!(

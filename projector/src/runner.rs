@@ -127,16 +127,21 @@ impl Projector {
         }
     }
 
-    /// Projects until the consumer has nothing more (for `rebuild` and tests).
+    /// Projects until the consumer has nothing more — an empty poll with
+    /// every partition it holds at zero lag (for `rebuild` and tests).
     pub async fn catch_up(&mut self) -> Result<u64> {
         let mut consumer = self.source.open().await?;
         let mut total = 0;
         loop {
             let stats = self.step(consumer.as_mut()).await?;
-            if stats.events == 0 {
-                return Ok(total);
-            }
             total += stats.events as u64;
+            if stats.events == 0 {
+                let lag = consumer.lag().await?;
+                // Empty before a consumer group assigns partitions: keep going.
+                if !lag.is_empty() && lag.iter().all(|(_, behind)| *behind == 0) {
+                    return Ok(total);
+                }
+            }
         }
     }
 

@@ -13,7 +13,8 @@ use hindsight_schemas::Event;
 use std::time::Duration;
 
 /// Where an event sits in the log: a partition and an offset in it. The
-/// embedded log has a single partition, 0.
+/// embedded log has a single partition, 0; Kafka numbers each (topic,
+/// partition) pair it consumes (see `hindsight-kafka`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Position {
     pub partition: u32,
@@ -72,4 +73,11 @@ pub trait LogConsumer: Send {
     /// Events in the log beyond the consumer's position, per partition,
     /// when known.
     async fn lag(&mut self) -> Result<Vec<(u32, u64)>>;
+
+    /// True once after this consumer's set of partitions changed (a
+    /// consumer-group rebalance): rows cached for partitions it may no
+    /// longer own must be dropped, since another projector now writes them.
+    fn assignment_changed(&mut self) -> bool {
+        false
+    }
 }

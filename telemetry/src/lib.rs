@@ -41,6 +41,13 @@ pub const PROJECTOR_LAG: &str = "hindsight_projector_lag_events";
 /// Log records that could not be decoded (skipped and counted, never silent).
 pub const PROJECTOR_DECODE_ERRORS: &str = "hindsight_projector_decode_errors_total";
 
+/// Events sent to the log and not yet confirmed (Kafka).
+pub const INGEST_IN_FLIGHT: &str = "hindsight_ingest_in_flight_events";
+/// Records the broker did not confirm (Kafka), by `reason`.
+pub const KAFKA_DELIVERY_ERRORS: &str = "hindsight_kafka_delivery_errors_total";
+/// Batches refused because the in-flight budget was exhausted (answered 503).
+pub const INGEST_BACKPRESSURE: &str = "hindsight_ingest_backpressure_total";
+
 // ---- log ----------------------------------------------------------------------
 /// Position of the newest event in the log (its head), by `partition`.
 pub const LOG_HEAD: &str = "hindsight_log_head_position";

@@ -272,3 +272,55 @@ impl LogConsumer for SqliteConsumer {
         Ok(vec![(0, head.saturating_sub(self.next))])
     }
 }
+
+/// Idempotency keys of an ingest process whose log is not SQLite (Kafka):
+/// remembered in `idempotency.db` in its data directory after the log has
+/// confirmed the batch. Retries must reach the same ingest data directory.
+pub struct IdempotencyFile {
+    conn: Arc<Mutex<Connection>>,
+}
+
+impl IdempotencyFile {
+    pub fn open(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| StoreError::Other(format!("{}: {e}", dir.display())))?;
+        let conn = open(&dir.join("idempotency.db"), Durability::Full)?;
+        conn.execute_batch(SCHEMA)?;
+        Ok(IdempotencyFile {
+            conn: Arc::new(Mutex::new(conn)),
+        })
+    }
+
+    /// The response recorded for `key` within the last 24 h.
+    pub async fn seen(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let (conn, key) = (self.conn.clone(), key.to_string());
+        blocking(move || {
+            let now = Timestamp::now().millis();
+            Ok(conn
+                .lock()
+                .unwrap()
+                .query_row(
+                    "SELECT response FROM idempotency WHERE key = ?1 AND created_at > ?2",
+                    params![key, now - IDEMPOTENCY_TTL_MS],
+                    |r| r.get(0),
+                )
+                .optional()?)
+        })
+        .await
+    }
+
+    pub async fn record(&self, key: &str, response: Vec<u8>) -> Result<()> {
+        let (conn, key) = (self.conn.clone(), key.to_string());
+        blocking(move || {
+            let now = Timestamp::now().millis();
+            let conn = conn.lock().unwrap();
+            conn.execute(
+                "INSERT OR REPLACE INTO idempotency (key, first_offset, response, created_at) VALUES (?1, -1, ?2, ?3)",
+                params![key, response, now],
+            )?;
+            conn.execute("DELETE FROM idempotency WHERE created_at <= ?1", params![now - IDEMPOTENCY_TTL_MS])?;
+            Ok(())
+        })
+        .await
+    }
+}

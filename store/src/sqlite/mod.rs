@@ -16,7 +16,7 @@
 mod log;
 mod store;
 
-pub use log::{SqliteConsumer, SqliteLog};
+pub use log::{IdempotencyFile, SqliteConsumer, SqliteLog};
 pub use store::SqliteStore;
 
 use crate::Result;

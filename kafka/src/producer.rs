@@ -1,0 +1,163 @@
+//! The ingest side: [`KafkaLog`] appends batches to the topics.
+//!
+//! A batch is acknowledged only after the broker confirmed every record
+//! (idempotent producer, `acks=all`). Events in flight are bounded: when the
+//! broker is slow or down the budget runs out and appends fail fast (ingest
+//! answers 503 with `Retry-After`) instead of queueing without bound; records
+//! the broker never confirms fail after the delivery timeout, and their batch
+//! is not acknowledged.
+
+use crate::topics::KafkaConfig;
+use async_trait::async_trait;
+use hindsight_schemas::codec;
+use hindsight_store::log::{AppendBatch, AppendOutcome, EventLog};
+use hindsight_store::sqlite::IdempotencyFile;
+use hindsight_store::{Result, StoreError};
+use hindsight_telemetry as tm;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::sync::Semaphore;
+
+/// How long an append waits for room in the in-flight budget.
+const BUDGET_WAIT: Duration = Duration::from_secs(1);
+
+pub struct KafkaLog {
+    producer: FutureProducer,
+    config: KafkaConfig,
+    budget: Arc<Semaphore>,
+    idempotency: Option<IdempotencyFile>,
+    /// Idempotency keys of batches being appended right now.
+    appending: Mutex<HashSet<String>>,
+}
+
+impl KafkaLog {
+    /// `delivery_timeout`: how long the producer retries a record before the
+    /// batch fails.
+    pub fn new(
+        config: KafkaConfig,
+        idempotency: Option<IdempotencyFile>,
+        delivery_timeout: Duration,
+    ) -> Result<Self> {
+        let producer: FutureProducer = config
+            .client()
+            .set("enable.idempotence", "true")
+            .set("acks", "all")
+            .set("compression.type", "lz4")
+            .set("linger.ms", "5")
+            .set("batch.num.messages", "10000")
+            .set(
+                "message.timeout.ms",
+                delivery_timeout.as_millis().to_string(),
+            )
+            .set(
+                "queue.buffering.max.messages",
+                (config.max_in_flight + 1000).to_string(),
+            )
+            .create()
+            .map_err(|e| StoreError::Unavailable(format!("kafka producer: {e}")))?;
+        let budget = Arc::new(Semaphore::new(config.max_in_flight));
+        Ok(KafkaLog {
+            producer,
+            config,
+            budget,
+            idempotency,
+            appending: Mutex::new(HashSet::new()),
+        })
+    }
+
+    /// Waits until every queued record is delivered (at shutdown).
+    pub fn flush(&self, timeout: Duration) {
+        let _ = self.producer.flush(timeout);
+    }
+
+    async fn produce(&self, batch: &AppendBatch) -> Result<()> {
+        let n = batch.events.len().min(self.config.max_in_flight) as u32;
+        let permits = match tokio::time::timeout(
+            BUDGET_WAIT,
+            self.budget.clone().acquire_many_owned(n),
+        )
+        .await
+        {
+            Ok(Ok(p)) => p,
+            _ => {
+                metrics::counter!(tm::INGEST_BACKPRESSURE).increment(1);
+                return Err(StoreError::Unavailable(
+                    "kafka: in-flight budget exhausted; the broker is slow or down".into(),
+                ));
+            }
+        };
+        metrics::gauge!(tm::INGEST_IN_FLIGHT).increment(n as f64);
+        let started = Instant::now();
+        let mut deliveries = Vec::with_capacity(batch.events.len());
+        let mut buf = Vec::with_capacity(128);
+        let mut failure = None;
+        for event in &batch.events {
+            buf.clear();
+            codec::encode_into(event, &mut buf);
+            let topic = self.config.topic(KafkaConfig::kind_index(event.kind()));
+            let record = FutureRecord::to(&topic).key(event.key()).payload(&buf);
+            match self.producer.send_result(record) {
+                Ok(delivery) => deliveries.push(delivery),
+                Err((e, _)) => {
+                    failure = Some(format!("enqueue: {e}"));
+                    break;
+                }
+            }
+        }
+        for delivery in deliveries {
+            match delivery.await {
+                Ok(Ok(_)) => {}
+                Ok(Err((e, _))) => {
+                    metrics::counter!(tm::KAFKA_DELIVERY_ERRORS, "reason" => "not_confirmed")
+                        .increment(1);
+                    failure.get_or_insert_with(|| format!("delivery: {e}"));
+                }
+                Err(_) => {
+                    metrics::counter!(tm::KAFKA_DELIVERY_ERRORS, "reason" => "cancelled")
+                        .increment(1);
+                    failure.get_or_insert_with(|| "delivery cancelled".into());
+                }
+            }
+        }
+        metrics::gauge!(tm::INGEST_IN_FLIGHT).decrement(n as f64);
+        drop(permits);
+        metrics::histogram!(tm::LOG_APPEND_SECONDS).record(started.elapsed().as_secs_f64());
+        match failure {
+            None => Ok(()),
+            Some(reason) => Err(StoreError::Unavailable(format!("kafka: {reason}"))),
+        }
+    }
+}
+
+#[async_trait]
+impl EventLog for KafkaLog {
+    async fn append(&self, batch: AppendBatch) -> Result<AppendOutcome> {
+        let key = batch.idempotency.as_ref().map(|i| i.key.clone());
+        if let (Some(key), Some(file)) = (&key, &self.idempotency) {
+            if let Some(response) = file.seen(key).await? {
+                return Ok(AppendOutcome::Duplicate { response });
+            }
+            // Two concurrent retries of one batch: the second waits its turn
+            // rather than appending the same events again.
+            if !self.appending.lock().unwrap().insert(key.clone()) {
+                return Err(StoreError::Unavailable(
+                    "the same Idempotency-Key is being appended right now".into(),
+                ));
+            }
+        }
+        let produced = self.produce(&batch).await;
+        if let Some(key) = &key {
+            if produced.is_ok() {
+                if let (Some(file), Some(idem)) = (&self.idempotency, &batch.idempotency) {
+                    file.record(key, idem.response.clone()).await?;
+                }
+            }
+            self.appending.lock().unwrap().remove(key);
+        }
+        produced.map(|_| AppendOutcome::Appended {
+            count: batch.events.len(),
+        })
+    }
+}
