@@ -3,6 +3,9 @@
 # end-to-end tests (which start the real binary on loopback ports).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+export PATH="$HOME/.cargo/bin:$PATH"
+
+scripts/install-tools.sh
 
 echo "== cargo fmt --check"
 cargo fmt --all -- --check

@@ -7,9 +7,12 @@
 //!   (p50/p99), and peak RSS;
 //! - `api`: req/s and p50/p99 of history pages and a search over 100 000
 //!   markets next to a hello-world route, and the API process's peak RSS
-//!   (needs `cargo build --release` first, for the `hindsight` binary).
+//!   (needs `cargo build --release` first, for the `hindsight` binary);
+//! - `kafka`: HTTP ingest → Kafka next to a raw rdkafka producer, and
+//!   Kafka → read store (needs tansu on PATH, or `HINDSIGHT_BENCH_KAFKA`).
 
 mod api;
+mod kafka;
 mod pipeline;
 mod rollup;
 
@@ -30,6 +33,9 @@ fn main() -> anyhow::Result<()> {
     }
     if all || which.contains(&"api") {
         api::run(quick)?;
+    }
+    if all || which.contains(&"kafka") {
+        kafka::run(quick)?;
     }
     println!("peak RSS of this process: {:.0} MB", peak_rss_mb());
     Ok(())

@@ -10,6 +10,7 @@
 //! Everything above these traits (validation, rollups, API, auth) is written
 //! once and does not know which backend it runs on.
 
+pub mod conformance;
 pub mod log;
 pub mod read;
 pub mod sqlite;

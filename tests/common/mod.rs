@@ -2,6 +2,8 @@
 //! HTTP to it, as a pipeline and an API client would.
 #![allow(dead_code)]
 
+pub mod kafka;
+
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

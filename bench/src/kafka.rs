@@ -1,0 +1,209 @@
+//! Kafka on a real broker: HTTP ingest → Kafka events/s next to a raw
+//! rdkafka producer sending the same encoded records to the same broker in
+//! the same run, and Kafka → read store events/s for the projector.
+//!
+//! Broker: `HINDSIGHT_BENCH_KAFKA=host:port`, or else a tansu started here
+//! (it must be on PATH; `scripts/install-tools.sh` installs it).
+
+use hindsight_kafka::{KafkaConfig, KafkaLog, KafkaSource};
+use hindsight_projector::runner::ProjectorConfig;
+use hindsight_projector::Projector;
+use hindsight_schemas::{codec, wire, Timestamp};
+use hindsight_store::sqlite::SqliteStore;
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+const TOKEN: &str = "bench-ingest-token";
+
+struct Broker(Option<Child>, String);
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(c) = &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+fn broker(dir: &std::path::Path) -> anyhow::Result<Broker> {
+    if let Ok(b) = std::env::var("HINDSIGHT_BENCH_KAFKA") {
+        return Ok(Broker(None, b));
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port();
+    let url = format!("tcp://127.0.0.1:{port}");
+    std::fs::create_dir_all(dir)?;
+    let child = Command::new("tansu")
+        .args([
+            "broker",
+            "--listener-url",
+            &url,
+            "--advertised-listener-url",
+            &url,
+            "--storage-engine",
+            "sqlite://tansu.db",
+        ])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            anyhow::anyhow!("starting tansu (install it with scripts/install-tools.sh): {e}")
+        })?;
+    let addr = format!("127.0.0.1:{port}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(&addr).is_err() {
+        anyhow::ensure!(Instant::now() < deadline, "tansu did not start");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    Ok(Broker(Some(child), addr))
+}
+
+pub fn run(quick: bool) -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?
+        .block_on(run_async(quick))
+}
+
+async fn run_async(quick: bool) -> anyhow::Result<()> {
+    let dir = std::env::temp_dir().join(format!("hindsight-bench-kafka-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let broker = broker(&dir.join("broker"))?;
+    let events = if quick { 100_000 } else { 400_000 };
+    let batch_lines = 10_000;
+    let config = |prefix: &str| KafkaConfig {
+        brokers: broker.1.clone(),
+        topic_prefix: prefix.into(),
+        partitions: 6,
+        replication: 1,
+        group: format!("{prefix}-projector"),
+        max_in_flight: 200_000,
+    };
+
+    // The same events, as NDJSON bodies and as encoded records.
+    let bodies: Vec<String> = (0..events / batch_lines)
+        .map(|b| {
+            (0..batch_lines)
+                .map(|i| {
+                    let n = b * batch_lines + i;
+                    format!(
+                        "{{\"kind\":\"price\",\"market_id\":\"km{}\",\"token_id\":\"km{}-yes\",\"ts\":{},\"p\":{}}}\n",
+                        n % 500,
+                        n % 500,
+                        1_756_684_800 + (n / 500) as i64,
+                        (n % 1000) as f64 / 1000.0
+                    )
+                })
+                .collect()
+        })
+        .collect();
+    let records: Vec<(String, Vec<u8>)> = bodies
+        .iter()
+        .flat_map(|b| b.lines())
+        .map(|l| {
+            let e = wire::parse_line(l, Timestamp::now()).unwrap();
+            (e.key().to_string(), codec::encode(&e))
+        })
+        .collect();
+
+    // Raw rdkafka: the encoded records, same producer settings.
+    let raw_cfg = config("raw");
+    hindsight_kafka::topics::init(&raw_cfg).await?;
+    let producer: FutureProducer = raw_cfg
+        .client()
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("compression.type", "lz4")
+        .set("linger.ms", "5")
+        .set("batch.num.messages", "10000")
+        .set("queue.buffering.max.messages", "1000000")
+        .create()?;
+    let topic = raw_cfg.topic(0);
+    let started = Instant::now();
+    let mut pending = Vec::with_capacity(records.len());
+    for (key, payload) in &records {
+        let record = FutureRecord::to(&topic).key(key).payload(payload);
+        pending.push(
+            producer
+                .send_result(record)
+                .map_err(|(e, _)| anyhow::anyhow!("{e}"))?,
+        );
+    }
+    for p in pending {
+        p.await?.map_err(|(e, _)| anyhow::anyhow!("{e}"))?;
+    }
+    let raw = records.len() as f64 / started.elapsed().as_secs_f64();
+
+    // Hindsight: HTTP ingest (validate, encode, produce, wait for confirms).
+    let cfg = config("hs");
+    hindsight_kafka::topics::init(&cfg).await?;
+    let log = Arc::new(KafkaLog::new(cfg.clone(), None, Duration::from_secs(30))?);
+    let router = hindsight_ingest::http::router(hindsight_ingest::http::IngestState {
+        log,
+        token: TOKEN.into(),
+        max_body_bytes: 64 << 20,
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let url = format!("http://{}/ingest/v1/events", listener.local_addr()?);
+    tokio::spawn(async move { axum::serve(listener, router).await });
+    let client = reqwest::Client::new();
+    let queue = Arc::new(std::sync::Mutex::new(bodies));
+    let started = Instant::now();
+    let mut senders = Vec::new();
+    for _ in 0..4 {
+        let (queue, client, url) = (queue.clone(), client.clone(), url.clone());
+        senders.push(tokio::spawn(async move {
+            loop {
+                let Some(body) = queue.lock().unwrap().pop() else {
+                    return;
+                };
+                let r = client
+                    .post(&url)
+                    .bearer_auth(TOKEN)
+                    .body(body)
+                    .send()
+                    .await
+                    .unwrap();
+                assert_eq!(r.status(), 200);
+            }
+        }));
+    }
+    for s in senders {
+        s.await?;
+    }
+    let ingest = events as f64 / started.elapsed().as_secs_f64();
+
+    // Projector: a fresh group from the beginning into a SQLite store.
+    let store = Arc::new(SqliteStore::open(&dir.join("store"))?);
+    let mut projector = Projector::new(
+        Arc::new(KafkaSource { config: cfg }),
+        store,
+        ProjectorConfig::default(),
+    );
+    let started = Instant::now();
+    let applied = projector.catch_up().await?;
+    let project = applied as f64 / started.elapsed().as_secs_f64();
+
+    println!(
+        "== Kafka ({}; 6 partitions; {events} price ticks)",
+        if broker.0.is_some() {
+            "tansu, started here"
+        } else {
+            "HINDSIGHT_BENCH_KAFKA"
+        }
+    );
+    println!("   raw rdkafka producer, pre-encoded records      {raw:>10.0} events/s");
+    println!(
+        "   HTTP ingest -> Kafka (4 connections, confirmed) {ingest:>10.0} events/s  ({:.2}x raw)",
+        ingest / raw
+    );
+    println!("   Kafka -> read store (projector, fresh group)    {project:>10.0} events/s  (includes joining the group)");
+    drop(broker);
+    let _ = std::fs::remove_dir_all(&dir);
+    Ok(())
+}
