@@ -1,0 +1,105 @@
+//! The schema (`schemas/cql/hindsight.cql`) and `hindsight scylla migrate`.
+
+/// Bumped with every change to `schemas/cql/hindsight.cql`.
+pub const SCHEMA_VERSION: i32 = 1;
+
+const CQL: &str = include_str!("../../schemas/cql/hindsight.cql");
+
+/// A keyspace name CQL accepts unquoted.
+pub fn check_keyspace(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 48
+        && name.starts_with(|c: char| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "keyspace {name:?} must match [a-z_][a-z0-9_]{{0,47}}"
+        ))
+    }
+}
+
+/// The schema's statements for a keyspace and replication map (CQL map
+/// literal, e.g. `{'class': 'NetworkTopologyStrategy', 'replication_factor': 3}`).
+pub fn statements(keyspace: &str, replication: &str) -> Vec<String> {
+    let without_comments: String = CQL
+        .lines()
+        .map(|l| l.split("--").next().unwrap_or(""))
+        .collect::<Vec<_>>()
+        .join("\n");
+    without_comments
+        .split(';')
+        .map(|s| s.split_whitespace().collect::<Vec<_>>().join(" "))
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            s.replace("{keyspace}", keyspace)
+                .replace("{replication}", replication)
+        })
+        .collect()
+}
+
+/// What `migrate` runs given the version recorded in the keyspace (`None`
+/// when the keyspace or the migrations table does not exist yet): nothing
+/// when the schema is current, else every statement and then the record.
+pub fn migration_plan(recorded: Option<i32>, keyspace: &str, replication: &str) -> Vec<String> {
+    if recorded.is_some_and(|v| v >= SCHEMA_VERSION) {
+        return Vec::new();
+    }
+    let mut plan = statements(keyspace, replication);
+    plan.push(format!(
+        "INSERT INTO {keyspace}.schema_migrations (version, applied_at) VALUES ({SCHEMA_VERSION}, toTimestamp(now()))"
+    ));
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REPL: &str = "{'class': 'SimpleStrategy', 'replication_factor': 1}";
+
+    #[test]
+    fn every_statement_is_idempotent_and_tables_cover_every_resolution() {
+        let all = statements("hs", REPL);
+        assert!(all.iter().all(|s| s.contains("IF NOT EXISTS")), "{all:#?}");
+        for res in hindsight_schemas::Resolution::ALL {
+            for kind in ["prices", "metrics", "books"] {
+                let table = format!("hs.{kind}_{} ", res.as_str());
+                assert!(
+                    all.iter()
+                        .any(|s| s.starts_with("CREATE TABLE") && s.contains(&table)),
+                    "{table}"
+                );
+            }
+        }
+        assert!(all[0].starts_with("CREATE KEYSPACE IF NOT EXISTS hs WITH replication = {'class'"));
+        assert!(!all
+            .iter()
+            .any(|s| s.contains('{') && s.contains("keyspace}")));
+    }
+
+    #[test]
+    fn migrate_twice_is_a_no_op_the_second_time() {
+        let first = migration_plan(None, "hs", REPL);
+        assert_eq!(first.len(), statements("hs", REPL).len() + 1);
+        assert!(first
+            .last()
+            .unwrap()
+            .starts_with("INSERT INTO hs.schema_migrations"));
+        // After the first run the keyspace records SCHEMA_VERSION.
+        assert!(migration_plan(Some(SCHEMA_VERSION), "hs", REPL).is_empty());
+        // An older recorded version re-applies the (idempotent) statements.
+        assert_eq!(migration_plan(Some(SCHEMA_VERSION - 1), "hs", REPL), first);
+    }
+
+    #[test]
+    fn keyspace_names_are_checked() {
+        assert!(check_keyspace("hindsight_prod").is_ok());
+        for bad in ["", "Hindsight", "a-b", "1abc", "x; DROP"] {
+            assert!(check_keyspace(bad).is_err(), "{bad}");
+        }
+    }
+}

@@ -1,0 +1,255 @@
+//! Every CQL statement the backend prepares, as data: a name, the text and
+//! the CQL types of its bind markers. `tests/golden/statements.txt` holds the
+//! rendering of this list, so any change to a statement is a visible diff;
+//! at connect, the types the server reports for each bind marker are checked
+//! against the declared ones.
+
+use hindsight_schemas::Resolution;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct Stmt {
+    pub name: String,
+    pub cql: String,
+    /// CQL types of the bind markers, in order.
+    pub binds: Vec<&'static str>,
+}
+
+fn stmt(name: impl Into<String>, cql: impl Into<String>, binds: &[&'static str]) -> Stmt {
+    Stmt {
+        name: name.into(),
+        cql: cql.into(),
+        binds: binds.to_vec(),
+    }
+}
+
+/// Buckets per partition at every resolution (≤ 10 000 rows per partition).
+pub const BUCKETS_PER_PERIOD: i64 = 8_640;
+
+/// Length of one time partition of a resolution's tables.
+pub fn period_ms(res: Resolution) -> i64 {
+    res.width_ms() * BUCKETS_PER_PERIOD
+}
+
+pub fn period_of(res: Resolution, bucket_ms: i64) -> i64 {
+    bucket_ms.div_euclid(period_ms(res))
+}
+
+/// `(table prefix, id column, value columns with their types)`.
+pub const BUCKET_TABLES: [(&str, &str, &[(&str, &str)]); 3] = [
+    (
+        "prices",
+        "token_id",
+        &[("sum", "double"), ("count", "bigint")],
+    ),
+    (
+        "metrics",
+        "market_id",
+        &[
+            ("volume_sum", "double"),
+            ("liquidity_sum", "double"),
+            ("spread_sum", "double"),
+            ("count", "bigint"),
+        ],
+    ),
+    (
+        "books",
+        "token_id",
+        &[
+            ("ts", "timestamp"),
+            ("snapshot_offset", "bigint"),
+            ("bids", "text"),
+            ("asks", "text"),
+        ],
+    ),
+];
+
+pub fn all(ks: &str) -> Vec<Stmt> {
+    let mut out = Vec::new();
+    for (kind, id_col, cols) in BUCKET_TABLES {
+        let names: Vec<&str> = cols.iter().map(|(n, _)| *n).collect();
+        let types: Vec<&'static str> = cols.iter().map(|(_, t)| *t).collect();
+        for res in Resolution::ALL {
+            let table = format!("{ks}.{kind}_{}", res.as_str());
+            let mut binds = vec!["text", "bigint", "timestamp"];
+            binds.extend(&types);
+            binds.push("bigint");
+            out.push(stmt(
+                format!("insert_{kind}_{}", res.as_str()),
+                format!(
+                    "INSERT INTO {table} ({id_col}, period, bucket, {}, last_offset) VALUES (?, ?, ?, {}, ?)",
+                    names.join(", "),
+                    vec!["?"; names.len()].join(", ")
+                ),
+                &binds,
+            ));
+            out.push(stmt(
+                format!("load_{kind}_{}", res.as_str()),
+                format!(
+                    "SELECT bucket, {}, last_offset FROM {table} WHERE {id_col} = ? AND period = ? AND bucket IN ?",
+                    names.join(", ")
+                ),
+                &["text", "bigint", "list<timestamp>"],
+            ));
+            out.push(stmt(
+                format!("range_{kind}_{}", res.as_str()),
+                format!(
+                    "SELECT bucket, {} FROM {table} WHERE {id_col} = ? AND period = ? AND bucket >= ? AND bucket < ? LIMIT ?",
+                    names.join(", ")
+                ),
+                &["text", "bigint", "timestamp", "timestamp", "int"],
+            ));
+        }
+    }
+    out.push(stmt(
+        "upsert_consumed",
+        format!("INSERT INTO {ks}.consumed (partition, next_offset) VALUES (?, ?)"),
+        &["int", "bigint"],
+    ));
+    out.push(stmt(
+        "select_consumed",
+        format!("SELECT partition, next_offset FROM {ks}.consumed"),
+        &[],
+    ));
+    for table in ["series", "events", "markets"] {
+        out.push(stmt(
+            format!("version_{table}"),
+            format!("SELECT updated_at, version_offset FROM {ks}.{table} WHERE id = ?"),
+            &["text"],
+        ));
+        out.push(stmt(
+            format!("upsert_{table}"),
+            format!("INSERT INTO {ks}.{table} (id, updated_at, version_offset, body) VALUES (?, ?, ?, ?)"),
+            &["text", "timestamp", "bigint", "blob"],
+        ));
+        out.push(stmt(
+            format!("all_{table}"),
+            format!("SELECT version_offset, body FROM {ks}.{table}"),
+            &[],
+        ));
+    }
+    out.push(stmt(
+        "select_market",
+        format!("SELECT body FROM {ks}.markets WHERE id = ?"),
+        &["text"],
+    ));
+    out.push(stmt(
+        "upsert_market_slug",
+        format!("INSERT INTO {ks}.markets_by_slug (slug, id) VALUES (?, ?)"),
+        &["text", "text"],
+    ));
+    out.push(stmt(
+        "select_market_slug",
+        format!("SELECT id FROM {ks}.markets_by_slug WHERE slug = ?"),
+        &["text"],
+    ));
+    out.push(stmt(
+        "upsert_token",
+        format!("INSERT INTO {ks}.tokens (token_id, market_id, label) VALUES (?, ?, ?)"),
+        &["text", "text", "text"],
+    ));
+    out.push(stmt(
+        "select_token",
+        format!("SELECT market_id, label FROM {ks}.tokens WHERE token_id = ?"),
+        &["text"],
+    ));
+    out.push(stmt(
+        "insert_catalog_change",
+        format!("INSERT INTO {ks}.catalog_changes (day, changed_at, kind, id, body) VALUES (?, ?, ?, ?, ?)"),
+        &["bigint", "timestamp", "text", "text", "blob"],
+    ));
+    out.push(stmt(
+        "select_catalog_changes",
+        format!(
+            "SELECT changed_at, body FROM {ks}.catalog_changes WHERE day = ? AND changed_at > ?"
+        ),
+        &["bigint", "timestamp"],
+    ));
+    out.push(stmt(
+        "upsert_key",
+        format!("INSERT INTO {ks}.api_keys (hash, key_id, organization, plan, created_at, revoked_at) VALUES (?, ?, ?, ?, ?, ?)"),
+        &["blob", "text", "text", "text", "timestamp", "timestamp"],
+    ));
+    out.push(stmt(
+        "select_key",
+        format!("SELECT hash, key_id, organization, plan, created_at, revoked_at FROM {ks}.api_keys WHERE hash = ?"),
+        &["blob"],
+    ));
+    out.push(stmt(
+        "all_keys",
+        format!(
+            "SELECT hash, key_id, organization, plan, created_at, revoked_at FROM {ks}.api_keys"
+        ),
+        &[],
+    ));
+    out.push(stmt(
+        "hit_window",
+        format!(
+            "UPDATE {ks}.rate_windows SET count = count + 1 WHERE key_id = ? AND window_start = ?"
+        ),
+        &["text", "timestamp"],
+    ));
+    out.push(stmt(
+        "read_window",
+        format!("SELECT count FROM {ks}.rate_windows WHERE key_id = ? AND window_start = ?"),
+        &["text", "timestamp"],
+    ));
+    out
+}
+
+/// Tables `reset` empties: everything derived from the log.
+pub fn derived_tables(ks: &str) -> Vec<String> {
+    let mut t: Vec<String> = BUCKET_TABLES
+        .iter()
+        .flat_map(|(kind, _, _)| Resolution::ALL.map(|r| format!("{ks}.{kind}_{}", r.as_str())))
+        .collect();
+    for name in [
+        "consumed",
+        "series",
+        "events",
+        "markets",
+        "markets_by_slug",
+        "tokens",
+        "catalog_changes",
+    ] {
+        t.push(format!("{ks}.{name}"));
+    }
+    t
+}
+
+/// The golden rendering: one statement per line, `name | binds | cql`.
+pub fn render(ks: &str) -> String {
+    all(ks)
+        .iter()
+        .map(|s| format!("{} | ({}) | {}\n", s.name, s.binds.join(", "), s.cql))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bind_types_match_bind_markers_and_names_are_unique() {
+        let all = all("hs");
+        for s in &all {
+            assert_eq!(s.cql.matches('?').count(), s.binds.len(), "{}", s.name);
+        }
+        let mut names: Vec<&str> = all.iter().map(|s| s.name.as_str()).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), all.len());
+    }
+
+    #[test]
+    fn partitions_stay_under_ten_thousand_rows() {
+        for res in Resolution::ALL {
+            assert!(period_ms(res) / res.width_ms() <= 10_000);
+            let b = 1_756_684_800_000;
+            assert_eq!(
+                period_of(res, b),
+                period_of(res, res.bucket_start(hindsight_schemas::Timestamp(b)).0)
+            );
+        }
+        assert_eq!(period_ms(Resolution::M1), 6 * 86_400_000);
+    }
+}
