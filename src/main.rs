@@ -99,6 +99,11 @@ pub struct KafkaArgs {
         global = true
     )]
     pub kafka_group: String,
+    /// Static group membership for a projector: a stable name (pod or
+    /// replica name). A restarted projector with the same name takes over
+    /// its predecessor's partitions at once.
+    #[arg(long, env = "HINDSIGHT_KAFKA_INSTANCE_ID", global = true)]
+    pub kafka_instance_id: Option<String>,
     /// Events an ingest process may have sent but not yet seen confirmed;
     /// beyond it, ingest answers 503.
     #[arg(
@@ -128,6 +133,7 @@ impl KafkaArgs {
                 partitions: self.kafka_partitions,
                 replication: self.kafka_replication,
                 group: self.kafka_group.clone(),
+                instance_id: self.kafka_instance_id.clone(),
                 max_in_flight: self.kafka_max_in_flight.max(1),
             })
     }

@@ -82,6 +82,7 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
         partitions: 6,
         replication: 1,
         group: format!("{prefix}-projector"),
+        instance_id: None,
         max_in_flight: 200_000,
     };
 

@@ -63,8 +63,11 @@ impl KafkaConsumer {
     /// from the earliest offsets.
     pub fn join(config: &KafkaConfig) -> Result<Self> {
         let changed = Arc::new(AtomicBool::new(false));
-        let inner: Inner = config
-            .client()
+        let mut client = config.client();
+        if let Some(id) = &config.instance_id {
+            client.set("group.instance.id", id);
+        }
+        let inner: Inner = client
             .set("group.id", &config.group)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")

@@ -16,7 +16,7 @@ use hindsight_store::{Result, StoreError};
 use hindsight_telemetry as tm;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
@@ -24,7 +24,10 @@ use tokio::sync::Semaphore;
 const BUDGET_WAIT: Duration = Duration::from_secs(1);
 
 pub struct KafkaLog {
-    producer: FutureProducer,
+    /// Replaced after a failed batch: a long-lived idempotent producer was
+    /// seen never to recover from a broker restart, while a new one does.
+    producer: RwLock<(Arc<FutureProducer>, Instant)>,
+    delivery_timeout: Duration,
     config: KafkaConfig,
     budget: Arc<Semaphore>,
     idempotency: Option<IdempotencyFile>,
@@ -40,7 +43,23 @@ impl KafkaLog {
         idempotency: Option<IdempotencyFile>,
         delivery_timeout: Duration,
     ) -> Result<Self> {
-        let producer: FutureProducer = config
+        let producer = RwLock::new((
+            Arc::new(Self::producer(&config, delivery_timeout)?),
+            Instant::now(),
+        ));
+        let budget = Arc::new(Semaphore::new(config.max_in_flight));
+        Ok(KafkaLog {
+            producer,
+            delivery_timeout,
+            config,
+            budget,
+            idempotency,
+            appending: Mutex::new(HashSet::new()),
+        })
+    }
+
+    fn producer(config: &KafkaConfig, delivery_timeout: Duration) -> Result<FutureProducer> {
+        config
             .client()
             .set("enable.idempotence", "true")
             .set("acks", "all")
@@ -56,20 +75,29 @@ impl KafkaLog {
                 (config.max_in_flight + 1000).to_string(),
             )
             .create()
-            .map_err(|e| StoreError::Unavailable(format!("kafka producer: {e}")))?;
-        let budget = Arc::new(Semaphore::new(config.max_in_flight));
-        Ok(KafkaLog {
-            producer,
-            config,
-            budget,
-            idempotency,
-            appending: Mutex::new(HashSet::new()),
-        })
+            .map_err(|e| StoreError::Unavailable(format!("kafka producer: {e}")))
+    }
+
+    /// Starts a new producer session after a failure, at most once per
+    /// delivery timeout (so an outage does not churn producers).
+    fn renew_producer(&self, failed: &Arc<FutureProducer>) {
+        let mut current = self.producer.write().unwrap();
+        if !Arc::ptr_eq(&current.0, failed) || current.1.elapsed() < self.delivery_timeout {
+            return;
+        }
+        match Self::producer(&self.config, self.delivery_timeout) {
+            Ok(p) => {
+                tracing::warn!("kafka producer replaced after a failed batch");
+                *current = (Arc::new(p), Instant::now());
+            }
+            Err(e) => tracing::error!(error = %e, "cannot create a new kafka producer"),
+        }
     }
 
     /// Waits until every queued record is delivered (at shutdown).
     pub fn flush(&self, timeout: Duration) {
-        let _ = self.producer.flush(timeout);
+        let producer = self.producer.read().unwrap().0.clone();
+        let _ = producer.flush(timeout);
     }
 
     async fn produce(&self, batch: &AppendBatch) -> Result<()> {
@@ -89,6 +117,7 @@ impl KafkaLog {
             }
         };
         metrics::gauge!(tm::INGEST_IN_FLIGHT).increment(n as f64);
+        let producer = self.producer.read().unwrap().0.clone();
         let started = Instant::now();
         let mut deliveries = Vec::with_capacity(batch.events.len());
         let mut buf = Vec::with_capacity(128);
@@ -98,7 +127,7 @@ impl KafkaLog {
             codec::encode_into(event, &mut buf);
             let topic = self.config.topic(KafkaConfig::kind_index(event.kind()));
             let record = FutureRecord::to(&topic).key(event.key()).payload(&buf);
-            match self.producer.send_result(record) {
+            match producer.send_result(record) {
                 Ok(delivery) => deliveries.push(delivery),
                 Err((e, _)) => {
                     failure = Some(format!("enqueue: {e}"));
@@ -126,7 +155,10 @@ impl KafkaLog {
         metrics::histogram!(tm::LOG_APPEND_SECONDS).record(started.elapsed().as_secs_f64());
         match failure {
             None => Ok(()),
-            Some(reason) => Err(StoreError::Unavailable(format!("kafka: {reason}"))),
+            Some(reason) => {
+                self.renew_producer(&producer);
+                Err(StoreError::Unavailable(format!("kafka: {reason}")))
+            }
         }
     }
 }

@@ -22,6 +22,11 @@ pub struct KafkaConfig {
     pub replication: i32,
     /// Consumer group of the projectors.
     pub group: String,
+    /// Static group membership (`group.instance.id`): a stable name per
+    /// projector (pod, replica). A restarted projector with the same name
+    /// resumes its predecessor's membership instead of waiting out its
+    /// session.
+    pub instance_id: Option<String>,
     /// Most events an ingest process has sent but not yet seen confirmed.
     pub max_in_flight: usize,
 }
@@ -105,7 +110,7 @@ pub async fn init(config: &KafkaConfig) -> Result<Vec<String>> {
     Ok(report)
 }
 
-/// Fails clearly when a topic is missing or has another partition count.
+/// Fails clearly when a topic is missing (brokers need not auto-create).
 pub fn verify(config: &KafkaConfig, timeout: Duration) -> Result<()> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let probe: BaseConsumer = config.client().create().map_err(fail)?;
@@ -113,12 +118,7 @@ pub fn verify(config: &KafkaConfig, timeout: Duration) -> Result<()> {
         let meta = probe.fetch_metadata(Some(&name), timeout).map_err(fail)?;
         let topic = meta.topics().iter().find(|t| t.name() == name);
         match topic {
-            Some(t) if t.error().is_none() && !t.partitions().is_empty() => {
-                if t.partitions().len() as i32 != config.partitions {
-                    tracing::warn!(topic = %name, have = t.partitions().len(), configured = config.partitions,
-                        "topic partition count differs from configuration");
-                }
-            }
+            Some(t) if t.error().is_none() && !t.partitions().is_empty() => {}
             _ => {
                 return Err(fail(format!(
                     "topic {name} does not exist: run `hindsight kafka init`"
@@ -146,6 +146,7 @@ mod tests {
             partitions: 3,
             replication: 1,
             group: "g".into(),
+            instance_id: None,
             max_in_flight: 1,
         };
         assert_eq!(

@@ -24,6 +24,7 @@ fn cluster(partitions: i32) -> (MockCluster<'static, DefaultProducerContext>, Ka
         partitions,
         replication: 1,
         group: "projectors".into(),
+        instance_id: None,
         max_in_flight: 10_000,
     };
     // The mock cluster does not create topics through the admin API.

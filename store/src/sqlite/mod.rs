@@ -41,7 +41,26 @@ enum Durability {
 /// cache holds the rest, and the API may open a dozen readers).
 const WRITER_CACHE_KB: i64 = 16_000;
 
+/// Opens (creating if needed) in WAL mode. Another process opening the same
+/// new file at the same moment can hold the lock that switching to WAL
+/// needs, which SQLite reports at once rather than waiting: retry a while.
 fn open(path: &Path, durability: Durability) -> Result<Connection> {
+    let mut delay = Duration::from_millis(10);
+    loop {
+        match try_open(path, durability) {
+            Err(crate::StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)))
+                if e.code == rusqlite::ErrorCode::DatabaseBusy
+                    && delay < Duration::from_secs(5) =>
+            {
+                std::thread::sleep(delay);
+                delay *= 2;
+            }
+            other => return other,
+        }
+    }
+}
+
+fn try_open(path: &Path, durability: Durability) -> Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(10))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;

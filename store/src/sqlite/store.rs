@@ -6,7 +6,7 @@ use crate::{Position, Result, StoreError};
 use async_trait::async_trait;
 use hindsight_schemas::{codec, Event, MarketRecord, Timestamp};
 use hindsight_telemetry as tm;
-use rusqlite::{params, Connection, OptionalExtension, Transaction};
+use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -403,7 +403,11 @@ impl ProjectionStore for SqliteStore {
 
     async fn apply(&self, write: ProjectionWrite) -> Result<()> {
         self.write("apply", move |conn| {
-            let tx = conn.transaction()?;
+            // IMMEDIATE: take the write lock first (waiting for it), rather
+            // than upgrading a read snapshot another writer may have moved
+            // past — which SQLite refuses at once. Several Kafka-mode
+            // projectors can share one embedded store.
+            let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             for row in &write.rows {
                 write_row(&tx, row)?;
             }
