@@ -8,6 +8,7 @@ use hindsight_api::{plans::Plans, ApiState};
 use hindsight_ingest::http::IngestState;
 use hindsight_projector::runner::ProjectorConfig;
 use hindsight_projector::{EmbeddedSource, Projector};
+use hindsight_store::read::Store;
 use hindsight_store::sqlite::{SqliteLog, SqliteStore};
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::path::Path;
@@ -42,17 +43,8 @@ impl Embedded {
         )
     }
 
-    /// The `/v1` router, with its in-memory catalog loaded and refreshing.
     pub async fn api_router(&self, plans: Plans) -> hindsight_store::Result<Router> {
-        let catalog = Catalog::new(self.store.clone());
-        catalog.refresh().await?;
-        catalog.spawn_refresher(CATALOG_REFRESH);
-        Ok(hindsight_api::router(ApiState {
-            store: self.store.clone(),
-            keys: self.store.clone(),
-            plans: Arc::new(plans),
-            catalog,
-        }))
+        api_router(self.store.clone(), plans).await
     }
 
     pub fn ingest_router(&self, token: &str, max_body_bytes: usize) -> Router {
@@ -62,6 +54,20 @@ impl Embedded {
             max_body_bytes,
         })
     }
+}
+
+/// The `/v1` router over any read store, with its in-memory catalog loaded
+/// and refreshing.
+pub async fn api_router(store: Arc<dyn Store>, plans: Plans) -> hindsight_store::Result<Router> {
+    let catalog = Catalog::new(store.clone());
+    catalog.refresh().await?;
+    catalog.spawn_refresher(CATALOG_REFRESH);
+    Ok(hindsight_api::router(ApiState {
+        store: store.clone(),
+        keys: store,
+        plans: Arc::new(plans),
+        catalog,
+    }))
 }
 
 /// `/metrics` for Prometheus and `/livez`, `/readyz` for orchestrators

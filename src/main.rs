@@ -45,6 +45,91 @@ enum Command {
     Openapi,
     /// Kafka administration.
     Kafka(KafkaCommand),
+    /// ScyllaDB administration.
+    Scylla(ScyllaCommand),
+}
+
+#[derive(Args, Clone)]
+pub struct ScyllaCommand {
+    #[command(flatten)]
+    pub scylla: ScyllaArgs,
+    #[command(subcommand)]
+    pub action: ScyllaAction,
+}
+
+#[derive(Subcommand, Clone)]
+pub enum ScyllaAction {
+    /// Creates the keyspace and tables (idempotent; records the schema version).
+    Migrate,
+}
+
+#[derive(Args, Clone)]
+pub struct ScyllaArgs {
+    /// ScyllaDB nodes (`host:port,…`). When set, the read store is ScyllaDB;
+    /// otherwise it is the embedded store in the data directory.
+    #[arg(
+        long,
+        env = "HINDSIGHT_SCYLLA_NODES",
+        global = true,
+        value_delimiter = ','
+    )]
+    pub scylla_nodes: Vec<String>,
+    #[arg(
+        long,
+        env = "HINDSIGHT_SCYLLA_KEYSPACE",
+        default_value = "hindsight",
+        global = true
+    )]
+    pub scylla_keyspace: String,
+    /// Replication of the keyspace, for `scylla migrate` (a CQL map).
+    #[arg(
+        long,
+        env = "HINDSIGHT_SCYLLA_REPLICATION",
+        default_value = "{'class': 'NetworkTopologyStrategy', 'replication_factor': 3}",
+        global = true
+    )]
+    pub scylla_replication: String,
+    /// Consistency of reads and writes (LOCAL_QUORUM, QUORUM, ONE, …).
+    #[arg(
+        long,
+        env = "HINDSIGHT_SCYLLA_CONSISTENCY",
+        default_value = "LOCAL_QUORUM",
+        global = true
+    )]
+    pub scylla_consistency: String,
+    #[arg(
+        long,
+        env = "HINDSIGHT_SCYLLA_TIMEOUT_MS",
+        default_value_t = 5_000,
+        global = true
+    )]
+    pub scylla_timeout_ms: u64,
+    /// Unlogged batches a projector has in flight at once.
+    #[arg(
+        long,
+        env = "HINDSIGHT_SCYLLA_WRITE_CONCURRENCY",
+        default_value_t = 32,
+        global = true
+    )]
+    pub scylla_write_concurrency: usize,
+}
+
+impl ScyllaArgs {
+    pub fn config(&self) -> anyhow::Result<Option<hindsight_scylla::ScyllaConfig>> {
+        if self.scylla_nodes.is_empty() {
+            return Ok(None);
+        }
+        let consistency = hindsight_scylla::store::parse_consistency(&self.scylla_consistency)
+            .ok_or_else(|| anyhow::anyhow!("unknown consistency {:?}", self.scylla_consistency))?;
+        Ok(Some(hindsight_scylla::ScyllaConfig {
+            nodes: self.scylla_nodes.clone(),
+            keyspace: self.scylla_keyspace.clone(),
+            replication: self.scylla_replication.clone(),
+            consistency,
+            request_timeout: std::time::Duration::from_millis(self.scylla_timeout_ms),
+            write_concurrency: self.scylla_write_concurrency,
+        }))
+    }
 }
 
 #[derive(Args, Clone)]
@@ -222,6 +307,8 @@ pub struct ProjectorArgs {
     #[command(flatten)]
     pub data: DataArgs,
     #[command(flatten)]
+    pub scylla: ScyllaArgs,
+    #[command(flatten)]
     pub kafka: KafkaArgs,
     /// Address of the projector's /metrics, /livez and /readyz.
     #[arg(
@@ -238,6 +325,8 @@ pub struct ProjectorArgs {
 pub struct ApiArgs {
     #[command(flatten)]
     pub data: DataArgs,
+    #[command(flatten)]
+    pub scylla: ScyllaArgs,
     #[command(flatten)]
     pub plans: PlanArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8080")]
@@ -263,6 +352,8 @@ pub struct RebuildArgs {
     #[command(flatten)]
     pub data: DataArgs,
     #[command(flatten)]
+    pub scylla: ScyllaArgs,
+    #[command(flatten)]
     pub kafka: KafkaArgs,
     #[command(flatten)]
     pub projector: ProjectorOpts,
@@ -272,6 +363,8 @@ pub struct RebuildArgs {
 pub struct KeysArgs {
     #[command(flatten)]
     pub data: DataArgs,
+    #[command(flatten)]
+    pub scylla: ScyllaArgs,
     #[command(flatten)]
     pub plans: PlanArgs,
     #[command(subcommand)]
@@ -314,6 +407,7 @@ fn main() -> anyhow::Result<()> {
             Command::Rebuild(args) => services::rebuild(args).await,
             Command::Keys(args) => services::keys(args).await,
             Command::Kafka(args) => services::kafka(args).await,
+            Command::Scylla(args) => services::scylla(args).await,
             Command::Openapi => {
                 print!("{}", hindsight_api::openapi::to_pretty_json());
                 Ok(())

@@ -3,7 +3,7 @@
 use crate::*;
 use anyhow::{anyhow, bail, Context};
 use axum::Router;
-use hindsight::app::{ops_router, Embedded};
+use hindsight::app::{api_router, ops_router, Embedded};
 use hindsight_api::{keys, plans::Plans};
 use hindsight_ingest::backfill::{backfill_file, Progress};
 use hindsight_ingest::demo::Demo;
@@ -12,8 +12,9 @@ use hindsight_kafka::{KafkaLog, KafkaSource};
 use hindsight_projector::runner::{ConsumerSource, ProjectorConfig};
 use hindsight_projector::{EmbeddedSource, Projector};
 use hindsight_schemas::{Event, Timestamp};
+use hindsight_scylla::ScyllaStore;
 use hindsight_store::log::{AppendBatch, EventLog, Idempotency};
-use hindsight_store::read::{KeyStore, ProjectionStore};
+use hindsight_store::read::Store;
 use hindsight_store::sqlite::{IdempotencyFile, SqliteLog, SqliteStore};
 use std::fs::File;
 use std::path::Path;
@@ -102,6 +103,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     if plans.get(&args.demo_plan).is_none() {
         bail!("unknown plan {:?} for the demo key", args.demo_plan);
     }
+    use hindsight_store::read::KeyStore;
     store
         .put_key(keys::record_for(&api_key, "dev", &args.demo_plan))
         .await?;
@@ -262,12 +264,47 @@ fn event_log(
     }
 }
 
+/// The read store: ScyllaDB when nodes are configured, else the embedded
+/// store in the data directory.
+async fn read_store(data: &DataArgs, scylla: &ScyllaArgs) -> anyhow::Result<Arc<dyn Store>> {
+    match scylla.config()? {
+        Some(config) => Ok(Arc::new(ScyllaStore::connect(config).await?)),
+        None => Ok(Arc::new(SqliteStore::open(&data.data_dir)?)),
+    }
+}
+
+pub async fn scylla(args: ScyllaCommand) -> anyhow::Result<()> {
+    let config = args
+        .scylla
+        .config()?
+        .context("HINDSIGHT_SCYLLA_NODES (or --scylla-nodes) is required")?;
+    let version = hindsight_scylla::schema::SCHEMA_VERSION;
+    match args.action {
+        ScyllaAction::Migrate => {
+            let ran = ScyllaStore::migrate(&config).await?;
+            if ran.is_empty() {
+                println!(
+                    "keyspace {} is at schema version {version}: nothing to do",
+                    config.keyspace
+                );
+            } else {
+                println!(
+                    "applied {} statements; keyspace {} is at schema version {version}",
+                    ran.len(),
+                    config.keyspace
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
 /// Where a projector reads: the Kafka group, or the embedded log (then
 /// holding the data directory's projector lock).
 fn consumer_source(
     data: &DataArgs,
     kafka: &KafkaArgs,
-    store: &Arc<SqliteStore>,
+    store: &Arc<dyn Store>,
 ) -> anyhow::Result<(Arc<dyn ConsumerSource>, Option<File>)> {
     match kafka.config() {
         Some(config) => {
@@ -305,7 +342,7 @@ pub async fn kafka(args: KafkaCommand) -> anyhow::Result<()> {
 
 pub async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
     let handle = hindsight_telemetry::install();
-    let store = Arc::new(SqliteStore::open(&args.data.data_dir)?);
+    let store = read_store(&args.data, &args.scylla).await?;
     let (source, _lock) = consumer_source(&args.data, &args.kafka, &store)?;
     let shutdown = shutdown_signal();
     let projector = Projector::new(source, store, projector_config(&args.projector));
@@ -318,10 +355,8 @@ pub async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
 pub async fn api(args: ApiArgs) -> anyhow::Result<()> {
     let handle = hindsight_telemetry::install();
     let plans = load_plans(&args.plans)?;
-    let router = Embedded::open(&args.data.data_dir)?
-        .api_router(plans)
-        .await?
-        .merge(ops_router(handle));
+    let store = read_store(&args.data, &args.scylla).await?;
+    let router = api_router(store, plans).await?.merge(ops_router(handle));
     serve(args.listen, router, shutdown_signal()).await
 }
 
@@ -363,7 +398,7 @@ pub async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
 }
 
 pub async fn rebuild(args: RebuildArgs) -> anyhow::Result<()> {
-    let store = Arc::new(SqliteStore::open(&args.data.data_dir)?);
+    let store = read_store(&args.data, &args.scylla).await?;
     // A fresh consumer group reads Kafka from the beginning; the embedded
     // log is read from offset 0 once the store is reset.
     let mut kafka = args.kafka.clone();
@@ -386,7 +421,7 @@ pub async fn rebuild(args: RebuildArgs) -> anyhow::Result<()> {
 }
 
 pub async fn keys(args: KeysArgs) -> anyhow::Result<()> {
-    let store = SqliteStore::open(&args.data.data_dir)?;
+    let store = read_store(&args.data, &args.scylla).await?;
     let plans = load_plans(&args.plans)?;
     let find = |all: Vec<hindsight_store::read::ApiKeyRecord>, id: &str| {
         all.into_iter()

@@ -11,7 +11,7 @@ use async_trait::async_trait;
 use hindsight_schemas::Event;
 use hindsight_store::log::{Delivered, LogConsumer, Position};
 use hindsight_store::read::{ProjectionStore, ProjectionWrite};
-use hindsight_store::sqlite::{SqliteLog, SqliteStore};
+use hindsight_store::sqlite::SqliteLog;
 use hindsight_store::Result;
 use hindsight_telemetry as tm;
 use std::sync::Arc;
@@ -27,7 +27,7 @@ pub trait ConsumerSource: Send + Sync {
 /// The embedded log, resumed from the position stored in the read store.
 pub struct EmbeddedSource {
     pub log: Arc<SqliteLog>,
-    pub store: Arc<SqliteStore>,
+    pub store: Arc<dyn ProjectionStore>,
 }
 
 #[async_trait]

@@ -11,9 +11,7 @@ use crate::{Position, StoreError};
 use hindsight_schemas::{Event, MarketRecord, Resolution, Timestamp, Token};
 use std::sync::Arc;
 
-/// A backend as the services use it.
-pub trait Backend: ProjectionStore + ReadStore + KeyStore {}
-impl<T: ProjectionStore + ReadStore + KeyStore> Backend for T {}
+pub use crate::read::Store as Backend;
 
 type Check = Result<(), String>;
 

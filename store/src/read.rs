@@ -178,3 +178,7 @@ pub trait KeyStore: Send + Sync {
     /// returns the window's count including this request.
     async fn hit_window(&self, key_id: &str, window: Timestamp) -> Result<u64>;
 }
+
+/// A whole read-store backend, as the services hold it.
+pub trait Store: ProjectionStore + ReadStore + KeyStore {}
+impl<T: ProjectionStore + ReadStore + KeyStore> Store for T {}
