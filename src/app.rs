@@ -1,6 +1,7 @@
 //! One embedded deployment: the log and read store in a data directory, and
 //! the routers and projector over them.
 
+use axum::http::StatusCode;
 use axum::routing::get;
 use axum::Router;
 use hindsight_api::catalog::Catalog;
@@ -8,7 +9,8 @@ use hindsight_api::{plans::Plans, ApiState};
 use hindsight_ingest::http::IngestState;
 use hindsight_projector::runner::ProjectorConfig;
 use hindsight_projector::{EmbeddedSource, Projector};
-use hindsight_store::read::Store;
+use hindsight_store::log::EventLog;
+use hindsight_store::read::{ProjectionStore, Store};
 use hindsight_store::sqlite::{SqliteLog, SqliteStore};
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::path::Path;
@@ -70,11 +72,42 @@ pub async fn api_router(store: Arc<dyn Store>, plans: Plans) -> hindsight_store:
     }))
 }
 
-/// `/metrics` for Prometheus and `/livez`, `/readyz` for orchestrators
-/// (unauthenticated, unlike `/v1/health`).
-pub fn ops_router(handle: PrometheusHandle) -> Router {
+/// What a service needs to be ready: its log, its store, or both.
+#[derive(Clone, Default)]
+pub struct Readiness {
+    pub log: Option<Arc<dyn EventLog>>,
+    pub store: Option<Arc<dyn ProjectionStore>>,
+}
+
+impl Readiness {
+    async fn check(&self) -> Result<(), String> {
+        if let Some(log) = &self.log {
+            log.ready().await.map_err(|e| format!("event log: {e}"))?;
+        }
+        if let Some(store) = &self.store {
+            store.committed().await.map_err(|e| format!("read store: {e}"))?;
+        }
+        Ok(())
+    }
+}
+
+/// `/metrics` for Prometheus, and for orchestrators `/livez` (the process
+/// answers) and `/readyz` (its log and store answer too; 503 otherwise).
+/// Unauthenticated, unlike `/v1/health`.
+pub fn ops_router(handle: PrometheusHandle, readiness: Readiness) -> Router {
     Router::new()
         .route("/metrics", get(move || std::future::ready(handle.render())))
         .route("/livez", get(|| async { "ok" }))
-        .route("/readyz", get(|| async { "ok" }))
+        .route(
+            "/readyz",
+            get(move || {
+                let readiness = readiness.clone();
+                async move {
+                    match readiness.check().await {
+                        Ok(()) => (StatusCode::OK, "ok".to_string()),
+                        Err(e) => (StatusCode::SERVICE_UNAVAILABLE, e),
+                    }
+                }
+            }),
+        )
 }

@@ -41,6 +41,8 @@ enum Command {
     Rebuild(RebuildArgs),
     /// Manages API keys (only hashes are stored).
     Keys(KeysArgs),
+    /// Sends demo market data to an ingest endpoint, as a pipeline would.
+    Feed(FeedArgs),
     /// Prints the OpenAPI document of the /v1 API.
     Openapi,
     /// Kafka administration.
@@ -298,6 +300,9 @@ pub struct IngestArgs {
     pub kafka: KafkaArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: SocketAddr,
+    /// Address of /metrics, /livez and /readyz (default: the listen address).
+    #[arg(long, env = "HINDSIGHT_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
     #[command(flatten)]
     pub ingest: IngestOpts,
 }
@@ -331,6 +336,9 @@ pub struct ApiArgs {
     pub plans: PlanArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Address of /metrics, /livez and /readyz (default: the listen address).
+    #[arg(long, env = "HINDSIGHT_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 #[derive(Args, Clone)]
@@ -357,6 +365,23 @@ pub struct RebuildArgs {
     pub kafka: KafkaArgs,
     #[command(flatten)]
     pub projector: ProjectorOpts,
+}
+
+#[derive(Args, Clone)]
+pub struct FeedArgs {
+    /// Base address of an ingest service (or `dev`).
+    #[arg(long, env = "HINDSIGHT_INGEST_URL", default_value = "http://127.0.0.1:8081")]
+    pub ingest_url: String,
+    #[arg(long, env = "HINDSIGHT_INGEST_TOKEN", hide_env_values = true)]
+    pub ingest_token: String,
+    #[arg(long, env = "HINDSIGHT_DEMO_SEED", default_value_t = 2025)]
+    pub demo_seed: u64,
+    /// Hours of history sent first.
+    #[arg(long, env = "HINDSIGHT_DEMO_HISTORY_HOURS", default_value_t = 48)]
+    pub demo_history_hours: u32,
+    /// Keep sending a round of live ticks every second afterwards.
+    #[arg(long)]
+    pub live: bool,
 }
 
 #[derive(Args, Clone)]
@@ -406,6 +431,7 @@ fn main() -> anyhow::Result<()> {
             Command::Backfill(args) => services::backfill(args).await,
             Command::Rebuild(args) => services::rebuild(args).await,
             Command::Keys(args) => services::keys(args).await,
+            Command::Feed(args) => services::feed(args).await,
             Command::Kafka(args) => services::kafka(args).await,
             Command::Scylla(args) => services::scylla(args).await,
             Command::Openapi => {

@@ -3,7 +3,7 @@
 use crate::*;
 use anyhow::{anyhow, bail, Context};
 use axum::Router;
-use hindsight::app::{api_router, ops_router, Embedded};
+use hindsight::app::{api_router, ops_router, Embedded, Readiness};
 use hindsight_api::{keys, plans::Plans};
 use hindsight_ingest::backfill::{backfill_file, Progress};
 use hindsight_ingest::demo::Demo;
@@ -52,6 +52,19 @@ async fn serve(
         })
         .await?;
     Ok(())
+}
+
+/// Serves a service, with `/metrics`, `/livez` and `/readyz` on their own
+/// address when one is given, else beside the service's routes.
+async fn serve_with_ops(listen: SocketAddr, router: Router, metrics: Option<SocketAddr>, ops: Router) -> anyhow::Result<()> {
+    let shutdown = shutdown_signal();
+    match metrics {
+        None => serve(listen, router.merge(ops), shutdown).await,
+        Some(metrics) => {
+            tokio::try_join!(serve(listen, router, shutdown.clone()), serve(metrics, ops, shutdown))?;
+            Ok(())
+        }
+    }
 }
 
 /// Turns true on Ctrl-C or SIGTERM.
@@ -126,7 +139,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .api_router(plans)
         .await?
         .merge(app.ingest_router(&ingest_token, args.ingest.ingest_max_body_bytes))
-        .merge(ops_router(handle));
+        .merge(ops_router(handle, Readiness { log: Some(log.clone()), store: Some(store.clone()) }));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -231,13 +244,13 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         .clone()
         .context("HINDSIGHT_INGEST_TOKEN (or --ingest-token) is required")?;
     let (log, kafka) = event_log(&args.data, &args.kafka)?;
+    let ops = ops_router(handle, Readiness { log: Some(log.clone()), store: None });
     let router = hindsight_ingest::http::router(IngestState {
         log,
         token: token.into(),
         max_body_bytes: args.ingest.ingest_max_body_bytes,
-    })
-    .merge(ops_router(handle));
-    serve(args.listen, router, shutdown_signal()).await?;
+    });
+    serve_with_ops(args.listen, router, args.metrics_listen, ops).await?;
     if let Some(kafka) = kafka {
         kafka.flush(Duration::from_secs(10));
     }
@@ -345,9 +358,10 @@ pub async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
     let store = read_store(&args.data, &args.scylla).await?;
     let (source, _lock) = consumer_source(&args.data, &args.kafka, &store)?;
     let shutdown = shutdown_signal();
-    let projector = Projector::new(source, store, projector_config(&args.projector));
+    let projector = Projector::new(source, store.clone(), projector_config(&args.projector));
     let task = tokio::spawn(projector.run(shutdown.clone()));
-    serve(args.metrics_listen, ops_router(handle), shutdown).await?;
+    let ops = ops_router(handle, Readiness { log: None, store: Some(store.clone()) });
+    serve(args.metrics_listen, ops, shutdown).await?;
     task.await?;
     Ok(())
 }
@@ -356,8 +370,9 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<()> {
     let handle = hindsight_telemetry::install();
     let plans = load_plans(&args.plans)?;
     let store = read_store(&args.data, &args.scylla).await?;
-    let router = api_router(store, plans).await?.merge(ops_router(handle));
-    serve(args.listen, router, shutdown_signal()).await
+    let ops = ops_router(handle, Readiness { log: None, store: Some(store.clone()) });
+    let router = api_router(store, plans).await?;
+    serve_with_ops(args.listen, router, args.metrics_listen, ops).await
 }
 
 pub async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
@@ -469,4 +484,73 @@ pub async fn keys(args: KeysArgs) -> anyhow::Result<()> {
         }
     }
     Ok(())
+}
+
+/// Posts one NDJSON batch, retrying 503s (honouring `Retry-After`) and
+/// transport errors under one idempotency key, so a retry never duplicates.
+async fn post_batch(client: &reqwest::Client, args: &FeedArgs, key: &str, body: String) -> anyhow::Result<()> {
+    let url = format!("{}/ingest/v1/events", args.ingest_url.trim_end_matches('/'));
+    let mut delay = Duration::from_millis(500);
+    for _ in 0..20 {
+        let sent = client
+            .post(&url)
+            .bearer_auth(&args.ingest_token)
+            .header("Idempotency-Key", key)
+            .body(body.clone())
+            .send()
+            .await;
+        match sent {
+            Ok(r) if r.status().is_success() => return Ok(()),
+            Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
+                let wait = r.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(1);
+                tokio::time::sleep(Duration::from_secs(wait).max(delay)).await;
+            }
+            Ok(r) => bail!("ingest answered {}: {}", r.status(), r.text().await.unwrap_or_default()),
+            Err(e) => {
+                tracing::warn!(error = %e, "ingest unreachable; retrying");
+                tokio::time::sleep(delay).await;
+            }
+        }
+        delay = (delay * 2).min(Duration::from_secs(10));
+    }
+    bail!("ingest kept refusing batch {key}")
+}
+
+pub async fn feed(args: FeedArgs) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let now = Timestamp::now();
+    let hour = 3_600_000;
+    let start = Timestamp((now.0 / hour - args.demo_history_hours as i64) * hour);
+    let mut demo = Demo::new(args.demo_seed, start);
+    let lines = |events: &[Event]| events.iter().map(hindsight_schemas::wire::to_line).collect::<Vec<_>>().join("\n");
+    let prefix = format!("feed-{}-{}", args.demo_seed, start.0);
+    post_batch(&client, &args, &format!("{prefix}-catalog"), lines(demo.catalog())).await?;
+    let (mut t, mut n, mut sent) = (start, 0, 0usize);
+    let mut events = Vec::new();
+    while t < now {
+        demo.round(t, 5, &mut events);
+        t = Timestamp(t.0 + 60_000);
+        if events.len() >= 5_000 || t >= now {
+            post_batch(&client, &args, &format!("{prefix}-{n}"), lines(&events)).await?;
+            sent += events.len();
+            n += 1;
+            events.clear();
+        }
+    }
+    println!("feed: sent {sent} events of {} hours of history to {}", args.demo_history_hours, args.ingest_url);
+    if !args.live {
+        return Ok(());
+    }
+    let mut ticker = tokio::time::interval(Duration::from_secs(1));
+    let mut shutdown = shutdown_signal();
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            _ = shutdown.wait_for(|s| *s) => return Ok(()),
+        }
+        let at = Timestamp::now();
+        demo.round(at, 5, &mut events);
+        post_batch(&client, &args, &format!("{prefix}-live-{}", at.0), lines(&events)).await?;
+        events.clear();
+    }
 }

@@ -165,6 +165,13 @@ impl KafkaLog {
 
 #[async_trait]
 impl EventLog for KafkaLog {
+    async fn ready(&self) -> Result<()> {
+        let config = self.config.clone();
+        tokio::task::spawn_blocking(move || crate::topics::verify(&config, Duration::from_secs(2)))
+            .await
+            .map_err(|e| StoreError::Other(e.to_string()))?
+    }
+
     async fn append(&self, batch: AppendBatch) -> Result<AppendOutcome> {
         let key = batch.idempotency.as_ref().map(|i| i.key.clone());
         if let (Some(key), Some(file)) = (&key, &self.idempotency) {

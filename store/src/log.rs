@@ -57,6 +57,9 @@ pub enum AppendOutcome {
 pub trait EventLog: Send + Sync {
     /// Appends the batch; returns once every event is durable.
     async fn append(&self, batch: AppendBatch) -> Result<AppendOutcome>;
+
+    /// Whether the log can take appends now (for readiness probes).
+    async fn ready(&self) -> Result<()>;
 }
 
 #[async_trait]

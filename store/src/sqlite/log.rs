@@ -93,6 +93,10 @@ fn next_offset(conn: &Connection) -> Result<u64> {
 
 #[async_trait]
 impl EventLog for SqliteLog {
+    async fn ready(&self) -> Result<()> {
+        self.head().await.map(|_| ())
+    }
+
     async fn append(&self, batch: AppendBatch) -> Result<AppendOutcome> {
         let conn = self.writer.clone();
         let started = Instant::now();
