@@ -85,7 +85,10 @@ impl Readiness {
             log.ready().await.map_err(|e| format!("event log: {e}"))?;
         }
         if let Some(store) = &self.store {
-            store.committed().await.map_err(|e| format!("read store: {e}"))?;
+            store
+                .committed()
+                .await
+                .map_err(|e| format!("read store: {e}"))?;
         }
         Ok(())
     }

@@ -370,7 +370,11 @@ pub struct RebuildArgs {
 #[derive(Args, Clone)]
 pub struct FeedArgs {
     /// Base address of an ingest service (or `dev`).
-    #[arg(long, env = "HINDSIGHT_INGEST_URL", default_value = "http://127.0.0.1:8081")]
+    #[arg(
+        long,
+        env = "HINDSIGHT_INGEST_URL",
+        default_value = "http://127.0.0.1:8081"
+    )]
     pub ingest_url: String,
     #[arg(long, env = "HINDSIGHT_INGEST_TOKEN", hide_env_values = true)]
     pub ingest_token: String,

@@ -56,12 +56,20 @@ async fn serve(
 
 /// Serves a service, with `/metrics`, `/livez` and `/readyz` on their own
 /// address when one is given, else beside the service's routes.
-async fn serve_with_ops(listen: SocketAddr, router: Router, metrics: Option<SocketAddr>, ops: Router) -> anyhow::Result<()> {
+async fn serve_with_ops(
+    listen: SocketAddr,
+    router: Router,
+    metrics: Option<SocketAddr>,
+    ops: Router,
+) -> anyhow::Result<()> {
     let shutdown = shutdown_signal();
     match metrics {
         None => serve(listen, router.merge(ops), shutdown).await,
         Some(metrics) => {
-            tokio::try_join!(serve(listen, router, shutdown.clone()), serve(metrics, ops, shutdown))?;
+            tokio::try_join!(
+                serve(listen, router, shutdown.clone()),
+                serve(metrics, ops, shutdown)
+            )?;
             Ok(())
         }
     }
@@ -139,7 +147,13 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .api_router(plans)
         .await?
         .merge(app.ingest_router(&ingest_token, args.ingest.ingest_max_body_bytes))
-        .merge(ops_router(handle, Readiness { log: Some(log.clone()), store: Some(store.clone()) }));
+        .merge(ops_router(
+            handle,
+            Readiness {
+                log: Some(log.clone()),
+                store: Some(store.clone()),
+            },
+        ));
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -244,7 +258,13 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         .clone()
         .context("HINDSIGHT_INGEST_TOKEN (or --ingest-token) is required")?;
     let (log, kafka) = event_log(&args.data, &args.kafka)?;
-    let ops = ops_router(handle, Readiness { log: Some(log.clone()), store: None });
+    let ops = ops_router(
+        handle,
+        Readiness {
+            log: Some(log.clone()),
+            store: None,
+        },
+    );
     let router = hindsight_ingest::http::router(IngestState {
         log,
         token: token.into(),
@@ -257,11 +277,11 @@ pub async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The log as services append to it, and the Kafka producer to flush at exit.
+type LogHandles = (Arc<dyn EventLog>, Option<Arc<KafkaLog>>);
+
 /// The event log: Kafka when brokers are configured, else the embedded log.
-fn event_log(
-    data: &DataArgs,
-    kafka: &KafkaArgs,
-) -> anyhow::Result<(Arc<dyn EventLog>, Option<Arc<KafkaLog>>)> {
+fn event_log(data: &DataArgs, kafka: &KafkaArgs) -> anyhow::Result<LogHandles> {
     match kafka.config() {
         Some(config) => {
             hindsight_kafka::topics::verify(&config, Duration::from_secs(10))?;
@@ -360,7 +380,13 @@ pub async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
     let shutdown = shutdown_signal();
     let projector = Projector::new(source, store.clone(), projector_config(&args.projector));
     let task = tokio::spawn(projector.run(shutdown.clone()));
-    let ops = ops_router(handle, Readiness { log: None, store: Some(store.clone()) });
+    let ops = ops_router(
+        handle,
+        Readiness {
+            log: None,
+            store: Some(store.clone()),
+        },
+    );
     serve(args.metrics_listen, ops, shutdown).await?;
     task.await?;
     Ok(())
@@ -370,7 +396,13 @@ pub async fn api(args: ApiArgs) -> anyhow::Result<()> {
     let handle = hindsight_telemetry::install();
     let plans = load_plans(&args.plans)?;
     let store = read_store(&args.data, &args.scylla).await?;
-    let ops = ops_router(handle, Readiness { log: None, store: Some(store.clone()) });
+    let ops = ops_router(
+        handle,
+        Readiness {
+            log: None,
+            store: Some(store.clone()),
+        },
+    );
     let router = api_router(store, plans).await?;
     serve_with_ops(args.listen, router, args.metrics_listen, ops).await
 }
@@ -488,7 +520,12 @@ pub async fn keys(args: KeysArgs) -> anyhow::Result<()> {
 
 /// Posts one NDJSON batch, retrying 503s (honouring `Retry-After`) and
 /// transport errors under one idempotency key, so a retry never duplicates.
-async fn post_batch(client: &reqwest::Client, args: &FeedArgs, key: &str, body: String) -> anyhow::Result<()> {
+async fn post_batch(
+    client: &reqwest::Client,
+    args: &FeedArgs,
+    key: &str,
+    body: String,
+) -> anyhow::Result<()> {
     let url = format!("{}/ingest/v1/events", args.ingest_url.trim_end_matches('/'));
     let mut delay = Duration::from_millis(500);
     for _ in 0..20 {
@@ -502,10 +539,18 @@ async fn post_batch(client: &reqwest::Client, args: &FeedArgs, key: &str, body: 
         match sent {
             Ok(r) if r.status().is_success() => return Ok(()),
             Ok(r) if r.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE => {
-                let wait = r.headers().get("retry-after").and_then(|v| v.to_str().ok()?.parse().ok()).unwrap_or(1);
+                let wait = r
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok()?.parse().ok())
+                    .unwrap_or(1);
                 tokio::time::sleep(Duration::from_secs(wait).max(delay)).await;
             }
-            Ok(r) => bail!("ingest answered {}: {}", r.status(), r.text().await.unwrap_or_default()),
+            Ok(r) => bail!(
+                "ingest answered {}: {}",
+                r.status(),
+                r.text().await.unwrap_or_default()
+            ),
             Err(e) => {
                 tracing::warn!(error = %e, "ingest unreachable; retrying");
                 tokio::time::sleep(delay).await;
@@ -522,9 +567,21 @@ pub async fn feed(args: FeedArgs) -> anyhow::Result<()> {
     let hour = 3_600_000;
     let start = Timestamp((now.0 / hour - args.demo_history_hours as i64) * hour);
     let mut demo = Demo::new(args.demo_seed, start);
-    let lines = |events: &[Event]| events.iter().map(hindsight_schemas::wire::to_line).collect::<Vec<_>>().join("\n");
+    let lines = |events: &[Event]| {
+        events
+            .iter()
+            .map(hindsight_schemas::wire::to_line)
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
     let prefix = format!("feed-{}-{}", args.demo_seed, start.0);
-    post_batch(&client, &args, &format!("{prefix}-catalog"), lines(demo.catalog())).await?;
+    post_batch(
+        &client,
+        &args,
+        &format!("{prefix}-catalog"),
+        lines(demo.catalog()),
+    )
+    .await?;
     let (mut t, mut n, mut sent) = (start, 0, 0usize);
     let mut events = Vec::new();
     while t < now {
@@ -537,7 +594,10 @@ pub async fn feed(args: FeedArgs) -> anyhow::Result<()> {
             events.clear();
         }
     }
-    println!("feed: sent {sent} events of {} hours of history to {}", args.demo_history_hours, args.ingest_url);
+    println!(
+        "feed: sent {sent} events of {} hours of history to {}",
+        args.demo_history_hours, args.ingest_url
+    );
     if !args.live {
         return Ok(());
     }
@@ -550,7 +610,13 @@ pub async fn feed(args: FeedArgs) -> anyhow::Result<()> {
         }
         let at = Timestamp::now();
         demo.round(at, 5, &mut events);
-        post_batch(&client, &args, &format!("{prefix}-live-{}", at.0), lines(&events)).await?;
+        post_batch(
+            &client,
+            &args,
+            &format!("{prefix}-live-{}", at.0),
+            lines(&events),
+        )
+        .await?;
         events.clear();
     }
 }

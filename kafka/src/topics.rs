@@ -106,7 +106,7 @@ pub async fn init(config: &KafkaConfig) -> Result<Vec<String>> {
             Err((name, code)) => return Err(fail(format!("creating {name}: {code}"))),
         }
     }
-    verify(config, Duration::from_secs(10))?;
+    verify(config, Duration::from_secs(30))?;
     Ok(report)
 }
 

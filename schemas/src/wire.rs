@@ -437,6 +437,45 @@ fn truncate(s: &str) -> String {
     }
 }
 
+/// The ingest line of an event: the inverse of [`parse_line`], for tools
+/// that feed pipelines (`hindsight feed`) and for round-trip tests.
+pub fn to_line(event: &Event) -> String {
+    use serde_json::json;
+    let ts = |t: Timestamp| t.to_rfc3339();
+    let opt = |t: Option<Timestamp>| t.map(ts);
+    let levels = |l: &[BookLevel]| l.iter().map(|l| [l.price, l.size]).collect::<Vec<_>>();
+    let value = match event {
+        Event::Price(p) => {
+            json!({"kind": "price", "market_id": p.market_id, "token_id": p.token_id, "ts": ts(p.ts), "p": p.p})
+        }
+        Event::Book(b) => {
+            json!({"kind": "book", "market_id": b.market_id, "token_id": b.token_id, "ts": ts(b.ts),
+            "bids": levels(&b.bids), "asks": levels(&b.asks)})
+        }
+        Event::Metrics(m) => json!({"kind": "metrics", "market_id": m.market_id, "ts": ts(m.ts),
+            "volume": m.volume, "liquidity": m.liquidity, "spread": m.spread}),
+        Event::Series(s) => {
+            json!({"kind": "series", "id": s.id, "slug": s.slug, "title": s.title, "tags": s.tags,
+            "status": s.status, "start_date": opt(s.start_date), "end_date": opt(s.end_date),
+            "created_at": ts(s.created_at), "updated_at": ts(s.updated_at)})
+        }
+        Event::Event(e) => {
+            json!({"kind": "event", "id": e.id, "slug": e.slug, "series_id": e.series_id, "title": e.title,
+            "tags": e.tags, "status": e.status, "start_date": opt(e.start_date), "end_date": opt(e.end_date),
+            "created_at": ts(e.created_at), "updated_at": ts(e.updated_at)})
+        }
+        Event::Market(m) => {
+            json!({"kind": "market", "id": m.id, "slug": m.slug, "event_id": m.event_id,
+            "question": m.question, "description": m.description, "status": m.status,
+            "start_date": opt(m.start_date), "end_date": opt(m.end_date), "closed_at": opt(m.closed_at),
+            "resolved_token_id": m.resolved_token_id, "resolved_token_label": m.resolved_token_label,
+            "tokens": m.tokens.iter().map(|t| json!({"id": t.id, "label": t.label})).collect::<Vec<_>>(),
+            "created_at": ts(m.created_at), "updated_at": ts(m.updated_at)})
+        }
+    };
+    value.to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -523,33 +562,4 @@ mod tests {
         let slash = r#"{"kind":"event","id":"a/b","slug":"s","title":"t"}"#;
         assert!(err(slash).contains("may not contain '/'"));
     }
-}
-
-/// The ingest line of an event: the inverse of [`parse_line`], for tools
-/// that feed pipelines (`hindsight feed`) and for round-trip tests.
-pub fn to_line(event: &Event) -> String {
-    use serde_json::json;
-    let ts = |t: Timestamp| t.to_rfc3339();
-    let opt = |t: Option<Timestamp>| t.map(ts);
-    let levels = |l: &[BookLevel]| l.iter().map(|l| [l.price, l.size]).collect::<Vec<_>>();
-    let value = match event {
-        Event::Price(p) => json!({"kind": "price", "market_id": p.market_id, "token_id": p.token_id, "ts": ts(p.ts), "p": p.p}),
-        Event::Book(b) => json!({"kind": "book", "market_id": b.market_id, "token_id": b.token_id, "ts": ts(b.ts),
-            "bids": levels(&b.bids), "asks": levels(&b.asks)}),
-        Event::Metrics(m) => json!({"kind": "metrics", "market_id": m.market_id, "ts": ts(m.ts),
-            "volume": m.volume, "liquidity": m.liquidity, "spread": m.spread}),
-        Event::Series(s) => json!({"kind": "series", "id": s.id, "slug": s.slug, "title": s.title, "tags": s.tags,
-            "status": s.status, "start_date": opt(s.start_date), "end_date": opt(s.end_date),
-            "created_at": ts(s.created_at), "updated_at": ts(s.updated_at)}),
-        Event::Event(e) => json!({"kind": "event", "id": e.id, "slug": e.slug, "series_id": e.series_id, "title": e.title,
-            "tags": e.tags, "status": e.status, "start_date": opt(e.start_date), "end_date": opt(e.end_date),
-            "created_at": ts(e.created_at), "updated_at": ts(e.updated_at)}),
-        Event::Market(m) => json!({"kind": "market", "id": m.id, "slug": m.slug, "event_id": m.event_id,
-            "question": m.question, "description": m.description, "status": m.status,
-            "start_date": opt(m.start_date), "end_date": opt(m.end_date), "closed_at": opt(m.closed_at),
-            "resolved_token_id": m.resolved_token_id, "resolved_token_label": m.resolved_token_label,
-            "tokens": m.tokens.iter().map(|t| json!({"id": t.id, "label": t.label})).collect::<Vec<_>>(),
-            "created_at": ts(m.created_at), "updated_at": ts(m.updated_at)}),
-    };
-    value.to_string()
 }

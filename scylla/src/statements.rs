@@ -34,8 +34,14 @@ pub fn period_of(res: Resolution, bucket_ms: i64) -> i64 {
     bucket_ms.div_euclid(period_ms(res))
 }
 
-/// `(table prefix, id column, value columns with their types)`.
-pub const BUCKET_TABLES: [(&str, &str, &[(&str, &str)]); 3] = [
+/// `(table prefix, id column, value columns with their CQL types)`.
+pub type BucketTable = (
+    &'static str,
+    &'static str,
+    &'static [(&'static str, &'static str)],
+);
+
+pub const BUCKET_TABLES: [BucketTable; 3] = [
     (
         "prices",
         "token_id",

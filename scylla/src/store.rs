@@ -235,7 +235,7 @@ impl ScyllaStore {
     }
 
     /// Every page of an unbounded read.
-    async fn scan<R, F>(&self, name: &str, mut each: F) -> Result<()>
+    async fn scan<F>(&self, name: &str, mut each: F) -> Result<()>
     where
         F: FnMut(&scylla::response::query_result::QueryRowsResult) -> Result<()>,
     {
@@ -478,7 +478,7 @@ impl ScyllaStore {
 impl ProjectionStore for ScyllaStore {
     async fn committed(&self) -> Result<Vec<Position>> {
         let mut out = Vec::new();
-        self.scan::<(), _>("select_consumed", |rows| {
+        self.scan("select_consumed", |rows| {
             for row in rows.rows::<(i32, i64)>().map_err(corrupt)? {
                 let (partition, next) = row.map_err(corrupt)?;
                 out.push(Position {
@@ -777,7 +777,7 @@ impl ReadStore for ScyllaStore {
             // Everything: the three tables, positioned at the load's start.
             None => {
                 for table in ["series", "events", "markets"] {
-                    self.scan::<(), _>(&format!("all_{table}"), |rows| {
+                    self.scan(&format!("all_{table}"), |rows| {
                         for r in rows.rows::<(i64, Vec<u8>)>().map_err(corrupt)? {
                             let (_, body) = r.map_err(corrupt)?;
                             out.push((
@@ -862,7 +862,7 @@ impl KeyStore for ScyllaStore {
 
     async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>> {
         let mut out = Vec::new();
-        self.scan::<(), _>("all_keys", |rows| {
+        self.scan("all_keys", |rows| {
             for r in rows.rows::<KeyRow>().map_err(corrupt)? {
                 out.push(key_record(r.map_err(corrupt)?)?);
             }
