@@ -55,51 +55,6 @@ async fn wait_http(url: &str) {
     }
 }
 
-/// A number from the store; 0 until the projector has created it.
-fn scalar(db: &Path, sql: &str) -> i64 {
-    if !db.exists() {
-        return 0;
-    }
-    let conn = rusqlite::Connection::open(db).unwrap();
-    conn.busy_timeout(Duration::from_secs(10)).unwrap();
-    conn.query_row(sql, [], |r| r.get::<_, Option<i64>>(0))
-        .unwrap_or(None)
-        .unwrap_or(0)
-}
-
-fn snapshot(db: &Path) -> Vec<String> {
-    let conn = rusqlite::Connection::open(db).unwrap();
-    let mut out = Vec::new();
-    for table in [
-        "price_buckets",
-        "metric_buckets",
-        "book_buckets",
-        "markets",
-        "tokens",
-        "consumed",
-    ] {
-        let n = conn
-            .prepare(&format!("SELECT * FROM {table}"))
-            .unwrap()
-            .column_count();
-        let order: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
-        let mut stmt = conn
-            .prepare(&format!(
-                "SELECT * FROM {table} ORDER BY {}",
-                order.join(", ")
-            ))
-            .unwrap();
-        let mut rows = stmt.query([]).unwrap();
-        while let Some(row) = rows.next().unwrap() {
-            let cols: Vec<String> = (0..n)
-                .map(|i| format!("{:?}", row.get_ref(i).unwrap()))
-                .collect();
-            out.push(format!("{table}: {}", cols.join(" | ")));
-        }
-    }
-    out
-}
-
 /// Waits until the store holds `prices` price ticks at `1d`, then a little
 /// longer to see it stays there.
 async fn wait_projected(store: &Path, prices: i64) {

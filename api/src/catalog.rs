@@ -76,8 +76,20 @@ impl<T: Listed> Listed for Arc<T> {
     }
 }
 
-fn ms(t: Option<Timestamp>) -> Option<i64> {
-    t.map(|t| t.0)
+/// The sort key of a record with these dates.
+fn key_of(
+    f: SortField,
+    created: Timestamp,
+    updated: Timestamp,
+    start: Option<Timestamp>,
+    end: Option<Timestamp>,
+) -> Option<i64> {
+    match f {
+        SortField::CreatedAt => Some(created.0),
+        SortField::UpdatedAt => Some(updated.0),
+        SortField::StartDate => start.map(|t| t.0),
+        SortField::EndDate => end.map(|t| t.0),
+    }
 }
 
 impl Listed for SeriesRecord {
@@ -85,12 +97,13 @@ impl Listed for SeriesRecord {
         &self.id
     }
     fn sort_key(&self, f: SortField) -> Option<i64> {
-        match f {
-            SortField::CreatedAt => Some(self.created_at.0),
-            SortField::UpdatedAt => Some(self.updated_at.0),
-            SortField::StartDate => ms(self.start_date),
-            SortField::EndDate => ms(self.end_date),
-        }
+        key_of(
+            f,
+            self.created_at,
+            self.updated_at,
+            self.start_date,
+            self.end_date,
+        )
     }
     fn search_text(&self) -> String {
         format!("{}\n{}", self.title, self.slug).to_lowercase()
@@ -102,12 +115,13 @@ impl Listed for EventRecord {
         &self.id
     }
     fn sort_key(&self, f: SortField) -> Option<i64> {
-        match f {
-            SortField::CreatedAt => Some(self.created_at.0),
-            SortField::UpdatedAt => Some(self.updated_at.0),
-            SortField::StartDate => ms(self.start_date),
-            SortField::EndDate => ms(self.end_date),
-        }
+        key_of(
+            f,
+            self.created_at,
+            self.updated_at,
+            self.start_date,
+            self.end_date,
+        )
     }
     fn search_text(&self) -> String {
         format!("{}\n{}", self.title, self.slug).to_lowercase()
@@ -119,12 +133,13 @@ impl Listed for MarketRecord {
         &self.id
     }
     fn sort_key(&self, f: SortField) -> Option<i64> {
-        match f {
-            SortField::CreatedAt => Some(self.created_at.0),
-            SortField::UpdatedAt => Some(self.updated_at.0),
-            SortField::StartDate => ms(self.start_date),
-            SortField::EndDate => ms(self.end_date),
-        }
+        key_of(
+            f,
+            self.created_at,
+            self.updated_at,
+            self.start_date,
+            self.end_date,
+        )
     }
     fn search_text(&self) -> String {
         format!("{}\n{}", self.question.as_deref().unwrap_or(""), self.slug).to_lowercase()

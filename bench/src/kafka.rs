@@ -154,31 +154,8 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/ingest/v1/events", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, router).await });
-    let client = reqwest::Client::new();
-    let queue = Arc::new(std::sync::Mutex::new(bodies));
     let started = Instant::now();
-    let mut senders = Vec::new();
-    for _ in 0..8 {
-        let (queue, client, url) = (queue.clone(), client.clone(), url.clone());
-        senders.push(tokio::spawn(async move {
-            loop {
-                let Some(body) = queue.lock().unwrap().pop() else {
-                    return;
-                };
-                let r = client
-                    .post(&url)
-                    .bearer_auth(TOKEN)
-                    .body(body)
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(r.status(), 200);
-            }
-        }));
-    }
-    for s in senders {
-        s.await?;
-    }
+    crate::send_all(&url, TOKEN, bodies, 8).await?;
     let ingest = events as f64 / started.elapsed().as_secs_f64();
 
     // Projector: a fresh group from the beginning into a SQLite store, timed

@@ -50,3 +50,42 @@ pub fn peak_rss_mb() -> f64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
+
+/// POSTs NDJSON bodies to an ingest URL over `connections` concurrent
+/// connections; every batch must be accepted.
+pub async fn send_all(
+    url: &str,
+    token: &str,
+    bodies: Vec<String>,
+    connections: usize,
+) -> anyhow::Result<()> {
+    let client = reqwest::Client::new();
+    let queue = std::sync::Arc::new(std::sync::Mutex::new(bodies));
+    let mut senders = Vec::new();
+    for _ in 0..connections {
+        let (queue, client, url, token) = (
+            queue.clone(),
+            client.clone(),
+            url.to_string(),
+            token.to_string(),
+        );
+        senders.push(tokio::spawn(async move {
+            loop {
+                let Some(body) = queue.lock().unwrap().pop() else {
+                    return Ok(());
+                };
+                let r = client
+                    .post(&url)
+                    .bearer_auth(&token)
+                    .body(body)
+                    .send()
+                    .await?;
+                anyhow::ensure!(r.status() == 200, "ingest answered {}", r.status());
+            }
+        }));
+    }
+    for s in senders {
+        s.await??;
+    }
+    Ok(())
+}

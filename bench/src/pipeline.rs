@@ -6,7 +6,6 @@ use hindsight::app::Embedded;
 use hindsight_api::keys;
 use hindsight_projector::runner::ProjectorConfig;
 use hindsight_store::read::{KeyStore, ProjectionStore};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
@@ -84,29 +83,7 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
     let bodies = bodies(events, 10_000);
     let total_lines: usize = bodies.iter().map(|b| b.lines().count()).sum();
     let started = Instant::now();
-    let queue = Arc::new(std::sync::Mutex::new(bodies));
-    let mut senders = Vec::new();
-    for _ in 0..4 {
-        let (queue, client, base) = (queue.clone(), client.clone(), base.clone());
-        senders.push(tokio::spawn(async move {
-            loop {
-                let Some(body) = queue.lock().unwrap().pop() else {
-                    return;
-                };
-                let r = client
-                    .post(format!("{base}/ingest/v1/events"))
-                    .bearer_auth(TOKEN)
-                    .body(body)
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(r.status(), 200);
-            }
-        }));
-    }
-    for s in senders {
-        s.await?;
-    }
+    crate::send_all(&format!("{base}/ingest/v1/events"), TOKEN, bodies, 4).await?;
     let acked = started.elapsed().as_secs_f64();
     let head = app.log.head().await?;
     loop {

@@ -47,14 +47,8 @@ pub struct MarketItem {
 /// official client wraps it as `{"market": …}` itself.
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
 pub struct MarketDetail {
-    pub id: String,
-    pub slug: String,
-    pub question: Option<String>,
-    pub status: String,
-    pub start_date: Option<String>,
-    pub end_date: Option<String>,
-    pub tokens: Vec<TokenInfo>,
-    pub event_id: Option<String>,
+    #[serde(flatten)]
+    pub market: MarketItem,
     pub description: Option<String>,
     pub closed_at: Option<String>,
     pub resolved_token_id: Option<String>,

@@ -199,3 +199,52 @@ pub async fn get_as(
         r.json().await.unwrap_or(serde_json::Value::Null),
     )
 }
+
+/// A number from an SQLite file of a data directory; 0 until it exists.
+pub fn scalar(db: &Path, sql: &str) -> i64 {
+    if !db.exists() {
+        return 0;
+    }
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    conn.query_row(sql, [], |r| r.get::<_, Option<i64>>(0))
+        .unwrap_or(None)
+        .unwrap_or(0)
+}
+
+/// Every row of the derived tables of `store.db`, floats in their exact
+/// round-trip form, for comparing incremental tables with a rebuild.
+pub fn snapshot(store_db: &Path) -> Vec<String> {
+    let conn = rusqlite::Connection::open(store_db).unwrap();
+    let mut out = Vec::new();
+    for table in [
+        "price_buckets",
+        "metric_buckets",
+        "book_buckets",
+        "series",
+        "events",
+        "markets",
+        "tokens",
+        "consumed",
+    ] {
+        let n = conn
+            .prepare(&format!("SELECT * FROM {table}"))
+            .unwrap()
+            .column_count();
+        let order: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT * FROM {table} ORDER BY {}",
+                order.join(", ")
+            ))
+            .unwrap();
+        let mut rows = stmt.query([]).unwrap();
+        while let Some(row) = rows.next().unwrap() {
+            let cols: Vec<String> = (0..n)
+                .map(|i| format!("{:?}", row.get_ref(i).unwrap()))
+                .collect();
+            out.push(format!("{table}: {}", cols.join(" | ")));
+        }
+    }
+    out
+}

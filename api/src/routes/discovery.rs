@@ -198,14 +198,7 @@ pub async fn get_market(
         .await?
         .ok_or_else(|| ApiError::NotFound("Market not found".into()))?;
     Ok(Json(MarketDetail {
-        id: m.id.clone(),
-        slug: m.slug.clone(),
-        question: m.question.clone(),
-        status: m.status.clone(),
-        start_date: iso(m.start_date),
-        end_date: iso(m.end_date),
-        tokens: tokens(&m),
-        event_id: m.event_id.clone(),
+        market: market_item(&m),
         description: m.description.clone(),
         closed_at: iso(m.closed_at),
         resolved_token_id: m.resolved_token_id.clone(),
