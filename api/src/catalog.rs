@@ -328,6 +328,41 @@ struct Records {
     since: Option<u64>,
 }
 
+/// Keeps `record` unless a newer version (by `updated_at`) is held.
+fn newest<T: Versioned>(
+    map: &mut HashMap<String, Arc<T>>,
+    id: String,
+    updated: Timestamp,
+    record: T,
+) {
+    match map.get(&id) {
+        Some(held) if held.updated_at() > updated => {}
+        _ => drop(map.insert(id, Arc::new(record))),
+    }
+}
+
+trait Versioned {
+    fn updated_at(&self) -> Timestamp;
+}
+
+impl Versioned for SeriesRecord {
+    fn updated_at(&self) -> Timestamp {
+        self.updated_at
+    }
+}
+
+impl Versioned for EventRecord {
+    fn updated_at(&self) -> Timestamp {
+        self.updated_at
+    }
+}
+
+impl Versioned for MarketRecord {
+    fn updated_at(&self) -> Timestamp {
+        self.updated_at
+    }
+}
+
 pub struct Catalog {
     store: Arc<dyn ReadStore>,
     records: Mutex<Records>,
@@ -363,10 +398,12 @@ impl Catalog {
             let mut records = self.records.lock().unwrap();
             for (position, event) in changes {
                 records.since = Some(records.since.map_or(position, |s| s.max(position)));
+                // A feed may deliver a change again (the ScyllaDB feed
+                // re-reads a margin): never let an older version win.
                 match event {
-                    Event::Series(s) => drop(records.series.insert(s.id.clone(), Arc::new(s))),
-                    Event::Event(e) => drop(records.events.insert(e.id.clone(), Arc::new(e))),
-                    Event::Market(m) => drop(records.markets.insert(m.id.clone(), Arc::new(m))),
+                    Event::Series(s) => newest(&mut records.series, s.id.clone(), s.updated_at, s),
+                    Event::Event(e) => newest(&mut records.events, e.id.clone(), e.updated_at, e),
+                    Event::Market(m) => newest(&mut records.markets, m.id.clone(), m.updated_at, m),
                     _ => {}
                 }
             }
@@ -392,5 +429,81 @@ impl Catalog {
                 }
             }
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_trait::async_trait;
+    use hindsight_schemas::Token;
+    use hindsight_store::read::*;
+    use std::sync::Mutex as StdMutex;
+
+    /// A feed that replays whatever changes the test queues.
+    #[derive(Default)]
+    struct Feed(StdMutex<Vec<(u64, Event)>>);
+
+    #[async_trait]
+    impl ReadStore for Feed {
+        async fn prices(&self, _: &str, _: Range) -> hindsight_store::Result<Vec<PricePoint>> {
+            Ok(vec![])
+        }
+        async fn metrics(&self, _: &str, _: Range) -> hindsight_store::Result<Vec<MetricsPoint>> {
+            Ok(vec![])
+        }
+        async fn books(&self, _: &str, _: Range) -> hindsight_store::Result<Vec<BookPoint>> {
+            Ok(vec![])
+        }
+        async fn token(&self, _: &str) -> hindsight_store::Result<Option<TokenRef>> {
+            Ok(None)
+        }
+        async fn market(&self, _: &str) -> hindsight_store::Result<Option<MarketRecord>> {
+            Ok(None)
+        }
+        async fn catalog_changes(
+            &self,
+            _: Option<u64>,
+        ) -> hindsight_store::Result<Vec<(u64, Event)>> {
+            Ok(std::mem::take(&mut *self.0.lock().unwrap()))
+        }
+    }
+
+    fn market(question: &str, updated: i64) -> Event {
+        Event::Market(MarketRecord {
+            id: "m".into(),
+            slug: "m".into(),
+            event_id: None,
+            question: Some(question.into()),
+            description: None,
+            status: "open".into(),
+            start_date: None,
+            end_date: None,
+            closed_at: None,
+            resolved_token_id: None,
+            resolved_token_label: None,
+            tokens: vec![Token {
+                id: "t".into(),
+                label: "Yes".into(),
+            }],
+            created_at: Timestamp(0),
+            updated_at: Timestamp(updated),
+        })
+    }
+
+    #[tokio::test]
+    async fn a_redelivered_older_version_does_not_replace_a_newer_one() {
+        let feed = Arc::new(Feed::default());
+        let catalog = Catalog::new(feed.clone());
+        feed.0
+            .lock()
+            .unwrap()
+            .extend([(1, market("old", 10)), (2, market("new", 20))]);
+        catalog.refresh().await.unwrap();
+        feed.0.lock().unwrap().push((1, market("old", 10)));
+        catalog.refresh().await.unwrap();
+        let snapshot = catalog.snapshot();
+        assert_eq!(snapshot.markets.items[0].question.as_deref(), Some("new"));
+        assert_eq!(snapshot.markets.items.len(), 1);
     }
 }
