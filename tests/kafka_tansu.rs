@@ -31,22 +31,6 @@ fn spawn(args: &[&str], data_dir: &Path, brokers: Option<&str>) -> Child {
         .unwrap()
 }
 
-struct Killed(Child);
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 async fn wait_http(url: &str) {
     let deadline = Instant::now() + Duration::from_secs(30);
     while client().get(url).send().await.is_err() {
