@@ -125,8 +125,9 @@ fn sigkilled_projector_neither_loses_nor_double_counts() {
     let (first, second) = (dir.join("first.ndjson"), dir.join("second.ndjson"));
     let a = write_events(&first, 1, 1_400, 0);
     let b = write_events(&second, 2, 1_400, 40_000);
-    let total =
+    let mut total =
         2 * MARKETS as i64 + a.prices + a.books + a.metrics + b.prices + b.books + b.metrics;
+    let (mut prices, mut metrics) = (a.prices + b.prices, a.metrics + b.metrics);
     assert!(total >= 100_000, "{total} events");
     assert!(backfill(&dir, &first).wait().unwrap().success());
 
@@ -143,11 +144,25 @@ fn sigkilled_projector_neither_loses_nor_double_counts() {
             .wrapping_add(1442695040888963407);
         lo + (seed >> 33) % (hi - lo)
     };
-    let mut kills = 0;
-    let mut mid_stream_kills = 0;
+    // Kill at random points until 10 kills have landed mid-stream; if the
+    // projector catches up first, append more events to keep it consuming.
+    let (mut kills, mut mid_stream_kills, mut extra) = (0, 0, 0);
     let mut projector = start_projector(&dir);
-    while kills < 12 {
-        std::thread::sleep(Duration::from_millis(rnd(40, 250)));
+    while mid_stream_kills < 10 {
+        assert!(
+            kills < 60,
+            "only {mid_stream_kills} of {kills} kills landed mid-stream"
+        );
+        if consumed(&dir) >= head(&dir) {
+            extra += 1;
+            let more = dir.join(format!("more-{extra}.ndjson"));
+            let c = write_events(&more, 10 + extra, 700, 80_000 + extra as i64 * 20_000);
+            total += MARKETS as i64 + c.prices + c.books + c.metrics;
+            prices += c.prices;
+            metrics += c.metrics;
+            assert!(backfill(&dir, &more).wait().unwrap().success());
+        }
+        std::thread::sleep(Duration::from_millis(rnd(20, 150)));
         let before = consumed(&dir);
         projector.kill().unwrap(); // SIGKILL
         projector.wait().unwrap();
@@ -158,10 +173,6 @@ fn sigkilled_projector_neither_loses_nor_double_counts() {
         projector = start_projector(&dir);
     }
     assert!(feeder.wait().unwrap().success());
-    assert!(
-        mid_stream_kills >= 10,
-        "only {mid_stream_kills} of {kills} kills hit the projector mid-stream"
-    );
 
     let deadline = Instant::now() + Duration::from_secs(120);
     while consumed(&dir) < head(&dir) {
@@ -183,8 +194,8 @@ fn sigkilled_projector_neither_loses_nor_double_counts() {
             &store,
             &format!("SELECT SUM(count) FROM metric_buckets WHERE res='{res}'"),
         );
-        assert_eq!(p, a.prices + b.prices, "price ticks at {res}");
-        assert_eq!(m, a.metrics + b.metrics, "metrics samples at {res}");
+        assert_eq!(p, prices, "price ticks at {res}");
+        assert_eq!(m, metrics, "metrics samples at {res}");
     }
     let incremental = snapshot(&dir.join("store.db"));
 
