@@ -89,20 +89,22 @@ fn backfill(dir: &Path, file: &Path) -> Child {
         .unwrap()
 }
 
-fn start_projector(dir: &Path) -> Child {
-    Command::new(bin())
-        .args([
-            "projector",
-            "--metrics-listen",
-            "127.0.0.1:0",
-            "--projector-batch-max",
-            "500",
-            "--data-dir",
-        ])
-        .arg(dir)
-        .env("HINDSIGHT_LOG", "error")
-        .spawn()
-        .unwrap()
+fn start_projector(dir: &Path) -> Killed {
+    Killed(
+        Command::new(bin())
+            .args([
+                "projector",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--projector-batch-max",
+                "500",
+                "--data-dir",
+            ])
+            .arg(dir)
+            .env("HINDSIGHT_LOG", "error")
+            .spawn()
+            .unwrap(),
+    )
 }
 
 fn consumed(dir: &Path) -> i64 {
@@ -164,8 +166,8 @@ fn sigkilled_projector_neither_loses_nor_double_counts() {
         }
         std::thread::sleep(Duration::from_millis(rnd(20, 150)));
         let before = consumed(&dir);
-        projector.kill().unwrap(); // SIGKILL
-        projector.wait().unwrap();
+        projector.0.kill().unwrap(); // SIGKILL
+        projector.0.wait().unwrap();
         kills += 1;
         if before < head(&dir) {
             mid_stream_kills += 1;
@@ -179,8 +181,7 @@ fn sigkilled_projector_neither_loses_nor_double_counts() {
         assert!(Instant::now() < deadline, "projector never caught up");
         std::thread::sleep(Duration::from_millis(50));
     }
-    projector.kill().unwrap();
-    projector.wait().unwrap();
+    drop(projector);
     assert_eq!(head(&dir), total, "the log holds every event exactly once");
 
     // Every event counted exactly once, at every resolution.
