@@ -6,12 +6,11 @@ use axum::routing::get;
 use axum::Router;
 use hindsight_api::catalog::Catalog;
 use hindsight_api::{plans::Plans, ApiState};
+use hindsight_contracts::{EventLog, ProjectionStore, Store};
 use hindsight_ingest::http::IngestState;
-use hindsight_projector::runner::ProjectorConfig;
-use hindsight_projector::{EmbeddedSource, Projector};
-use hindsight_store::log::EventLog;
-use hindsight_store::read::{ProjectionStore, Store};
-use hindsight_store::sqlite::{SqliteLog, SqliteStore};
+use hindsight_projector::{Projector, ProjectorConfig};
+use hindsight_sqlite::EmbeddedSource;
+use hindsight_sqlite::{SqliteLog, SqliteStore};
 use metrics_exporter_prometheus::PrometheusHandle;
 use std::path::Path;
 use std::sync::Arc;
@@ -27,7 +26,7 @@ pub struct Embedded {
 }
 
 impl Embedded {
-    pub fn open(dir: &Path) -> hindsight_store::Result<Self> {
+    pub fn open(dir: &Path) -> hindsight_contracts::Result<Self> {
         Ok(Embedded {
             log: Arc::new(SqliteLog::open(dir)?),
             store: Arc::new(SqliteStore::open(dir)?),
@@ -45,7 +44,7 @@ impl Embedded {
         )
     }
 
-    pub async fn api_router(&self, plans: Plans) -> hindsight_store::Result<Router> {
+    pub async fn api_router(&self, plans: Plans) -> hindsight_contracts::Result<Router> {
         api_router(self.store.clone(), plans).await
     }
 
@@ -60,7 +59,10 @@ impl Embedded {
 
 /// The `/v1` router over any read store, with its in-memory catalog loaded
 /// and refreshing.
-pub async fn api_router(store: Arc<dyn Store>, plans: Plans) -> hindsight_store::Result<Router> {
+pub async fn api_router(
+    store: Arc<dyn Store>,
+    plans: Plans,
+) -> hindsight_contracts::Result<Router> {
     let catalog = Catalog::new(store.clone());
     catalog.refresh().await?;
     catalog.spawn_refresher(CATALOG_REFRESH);

@@ -5,17 +5,18 @@ use anyhow::{anyhow, bail, Context};
 use axum::Router;
 use hindsight::app::{api_router, ops_router, Embedded, Readiness};
 use hindsight_api::{keys, plans::Plans};
+use hindsight_contracts::ConsumerSource;
+use hindsight_contracts::Store;
+use hindsight_contracts::{AppendBatch, EventLog, Idempotency};
 use hindsight_ingest::backfill::{backfill_file, Progress};
 use hindsight_ingest::demo::Demo;
 use hindsight_ingest::http::IngestState;
 use hindsight_kafka::{KafkaLog, KafkaSource};
-use hindsight_projector::runner::{ConsumerSource, ProjectorConfig};
-use hindsight_projector::{EmbeddedSource, Projector};
+use hindsight_projector::{Projector, ProjectorConfig};
 use hindsight_schemas::{Event, Timestamp};
 use hindsight_scylla::ScyllaStore;
-use hindsight_store::log::{AppendBatch, EventLog, Idempotency};
-use hindsight_store::read::Store;
-use hindsight_store::sqlite::{IdempotencyFile, SqliteLog, SqliteStore};
+use hindsight_sqlite::EmbeddedSource;
+use hindsight_sqlite::{IdempotencyFile, SqliteLog, SqliteStore};
 use std::fs::File;
 use std::path::Path;
 use std::sync::Arc;
@@ -124,7 +125,7 @@ pub async fn dev(args: DevArgs) -> anyhow::Result<()> {
     if plans.get(&args.demo_plan).is_none() {
         bail!("unknown plan {:?} for the demo key", args.demo_plan);
     }
-    use hindsight_store::read::KeyStore;
+    use hindsight_contracts::AuthStore;
     store
         .put_key(keys::record_for(&api_key, "dev", &args.demo_plan))
         .await?;
@@ -288,7 +289,7 @@ fn event_log(data: &DataArgs, kafka: &KafkaArgs) -> anyhow::Result<LogHandles> {
             let idempotency = IdempotencyFile::open(&data.data_dir)?;
             let log = Arc::new(KafkaLog::new(
                 config,
-                Some(idempotency),
+                Some(Arc::new(idempotency)),
                 Duration::from_millis(kafka.kafka_delivery_timeout_ms),
             )?);
             Ok((log.clone(), Some(log)))
@@ -470,7 +471,7 @@ pub async fn rebuild(args: RebuildArgs) -> anyhow::Result<()> {
 pub async fn keys(args: KeysArgs) -> anyhow::Result<()> {
     let store = read_store(&args.data, &args.scylla).await?;
     let plans = load_plans(&args.plans)?;
-    let find = |all: Vec<hindsight_store::read::ApiKeyRecord>, id: &str| {
+    let find = |all: Vec<hindsight_contracts::ApiKeyRecord>, id: &str| {
         all.into_iter()
             .find(|k| k.key_id == id)
             .ok_or_else(|| anyhow!("no key with id {id}"))

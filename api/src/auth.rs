@@ -13,8 +13,8 @@ use axum::http::request::Parts;
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
+use hindsight_contracts::ApiKeyRecord;
 use hindsight_schemas::Timestamp;
-use hindsight_store::read::ApiKeyRecord;
 use hindsight_telemetry as tm;
 use subtle::ConstantTimeEq;
 

@@ -12,8 +12,8 @@
 //! underneath: nothing is skipped or repeated that did not move.
 
 use crate::cursor::ListCursor;
+use hindsight_contracts::ReadStore;
 use hindsight_schemas::{Event, EventRecord, MarketRecord, SeriesRecord, Timestamp};
-use hindsight_store::read::ReadStore;
 use std::cmp::Ordering;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex, RwLock};
@@ -325,7 +325,7 @@ struct Records {
     events: HashMap<String, Arc<EventRecord>>,
     markets: HashMap<String, Arc<MarketRecord>>,
     /// Change position of the newest change applied.
-    since: Option<u64>,
+    since: Option<hindsight_contracts::CatalogCursor>,
 }
 
 /// Keeps `record` unless a newer version (by `updated_at`) is held.
@@ -387,17 +387,18 @@ impl Catalog {
 
     /// Applies the store's changes since the last refresh; rebuilds the
     /// snapshot only when something changed.
-    pub async fn refresh(&self) -> hindsight_store::Result<usize> {
-        let since = self.records.lock().unwrap().since;
-        let changes = self.store.catalog_changes(since).await?;
+    pub async fn refresh(&self) -> hindsight_contracts::Result<usize> {
+        let since = self.records.lock().unwrap().since.clone();
+        let (changes, cursor) = self.store.catalog_changes(since.as_ref()).await?;
         if changes.is_empty() {
+            self.records.lock().unwrap().since = Some(cursor);
             return Ok(0);
         }
         let n = changes.len();
         let snapshot = {
             let mut records = self.records.lock().unwrap();
-            for (position, event) in changes {
-                records.since = Some(records.since.map_or(position, |s| s.max(position)));
+            records.since = Some(cursor);
+            for event in changes {
                 // A feed may deliver a change again (the ScyllaDB feed
                 // re-reads a margin): never let an older version win.
                 match event {
@@ -436,36 +437,41 @@ impl Catalog {
 mod tests {
     use super::*;
     use async_trait::async_trait;
+    use hindsight_contracts::*;
     use hindsight_schemas::Token;
-    use hindsight_store::read::*;
     use std::sync::Mutex as StdMutex;
 
     /// A feed that replays whatever changes the test queues.
     #[derive(Default)]
-    struct Feed(StdMutex<Vec<(u64, Event)>>);
+    struct Feed(StdMutex<Vec<Event>>);
 
     #[async_trait]
     impl ReadStore for Feed {
-        async fn prices(&self, _: &str, _: Range) -> hindsight_store::Result<Vec<PricePoint>> {
+        async fn prices(&self, _: &str, _: Range) -> hindsight_contracts::Result<Vec<PricePoint>> {
             Ok(vec![])
         }
-        async fn metrics(&self, _: &str, _: Range) -> hindsight_store::Result<Vec<MetricsPoint>> {
+        async fn metrics(
+            &self,
+            _: &str,
+            _: Range,
+        ) -> hindsight_contracts::Result<Vec<MetricsPoint>> {
             Ok(vec![])
         }
-        async fn books(&self, _: &str, _: Range) -> hindsight_store::Result<Vec<BookPoint>> {
+        async fn books(&self, _: &str, _: Range) -> hindsight_contracts::Result<Vec<BookPoint>> {
             Ok(vec![])
         }
-        async fn token(&self, _: &str) -> hindsight_store::Result<Option<TokenRef>> {
+        async fn token(&self, _: &str) -> hindsight_contracts::Result<Option<TokenRef>> {
             Ok(None)
         }
-        async fn market(&self, _: &str) -> hindsight_store::Result<Option<MarketRecord>> {
+        async fn market(&self, _: &str) -> hindsight_contracts::Result<Option<MarketRecord>> {
             Ok(None)
         }
         async fn catalog_changes(
             &self,
-            _: Option<u64>,
-        ) -> hindsight_store::Result<Vec<(u64, Event)>> {
-            Ok(std::mem::take(&mut *self.0.lock().unwrap()))
+            _: Option<&CatalogCursor>,
+        ) -> hindsight_contracts::Result<(Vec<Event>, CatalogCursor)> {
+            let changes = std::mem::take(&mut *self.0.lock().unwrap());
+            Ok((changes, CatalogCursor::default()))
         }
     }
 
@@ -498,9 +504,9 @@ mod tests {
         feed.0
             .lock()
             .unwrap()
-            .extend([(1, market("old", 10)), (2, market("new", 20))]);
+            .extend([market("old", 10), market("new", 20)]);
         catalog.refresh().await.unwrap();
-        feed.0.lock().unwrap().push((1, market("old", 10)));
+        feed.0.lock().unwrap().push(market("old", 10));
         catalog.refresh().await.unwrap();
         let snapshot = catalog.snapshot();
         assert_eq!(snapshot.markets.items[0].question.as_deref(), Some("new"));

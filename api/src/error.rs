@@ -65,8 +65,8 @@ pub fn issue(location: &str, name: &str, msg: impl Into<String>, kind: &str) -> 
     }
 }
 
-impl From<hindsight_store::StoreError> for ApiError {
-    fn from(e: hindsight_store::StoreError) -> Self {
+impl From<hindsight_contracts::Error> for ApiError {
+    fn from(e: hindsight_contracts::Error) -> Self {
         tracing::error!(error = %e, "read store failed");
         ApiError::Internal
     }

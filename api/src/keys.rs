@@ -4,8 +4,8 @@
 //! is nothing to brute-force, unlike a password. The hash is what the store
 //! indexes and what a lookup compares.
 
+use hindsight_contracts::ApiKeyRecord;
 use hindsight_schemas::Timestamp;
-use hindsight_store::read::ApiKeyRecord;
 use sha2::{Digest, Sha256};
 
 /// Prefix of every key, so that leaked keys are recognisable by scanners.

@@ -26,7 +26,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use catalog::Catalog;
-use hindsight_store::read::{KeyStore, ReadStore};
+use hindsight_contracts::{AuthStore, ReadStore};
 use hindsight_telemetry as tm;
 use routes::{discovery, history};
 use std::sync::Arc;
@@ -35,7 +35,7 @@ use std::time::Instant;
 #[derive(Clone)]
 pub struct ApiState {
     pub store: Arc<dyn ReadStore>,
-    pub keys: Arc<dyn KeyStore>,
+    pub keys: Arc<dyn AuthStore>,
     pub plans: Arc<plans::Plans>,
     pub catalog: Arc<Catalog>,
 }

@@ -11,9 +11,9 @@ use crate::cursor::{self, ListCursor};
 use crate::error::{issue, ApiError};
 use axum::extract::{FromRequestParts, Query};
 use axum::http::request::Parts;
+use hindsight_contracts::Range;
 use hindsight_schemas::api::ValidationIssue;
 use hindsight_schemas::{Resolution, Timestamp, MAX_ID_LEN};
-use hindsight_store::read::Range;
 use utoipa::{IntoParams, ToSchema};
 
 pub const HISTORY_LIMIT_DEFAULT: usize = 100;

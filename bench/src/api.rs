@@ -7,10 +7,10 @@
 
 use hindsight::app::Embedded;
 use hindsight_api::keys;
-use hindsight_projector::runner::ProjectorConfig;
+use hindsight_contracts::AuthStore;
+use hindsight_contracts::{AppendBatch, EventLog};
+use hindsight_projector::ProjectorConfig;
 use hindsight_schemas::*;
-use hindsight_store::log::{AppendBatch, EventLog};
-use hindsight_store::read::KeyStore;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 

@@ -5,11 +5,12 @@
 //! Broker: `HINDSIGHT_BENCH_KAFKA=host:port`, or else a tansu started here
 //! (it must be on PATH; `scripts/install-tools.sh` installs it).
 
+use hindsight_contracts::ConsumerSource;
 use hindsight_kafka::{KafkaConfig, KafkaLog, KafkaSource};
-use hindsight_projector::runner::{ConsumerSource, ProjectorConfig};
 use hindsight_projector::Projector;
+use hindsight_projector::ProjectorConfig;
 use hindsight_schemas::{codec, wire, Timestamp};
-use hindsight_store::sqlite::SqliteStore;
+use hindsight_sqlite::SqliteStore;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;

@@ -4,8 +4,8 @@
 
 use hindsight::app::Embedded;
 use hindsight_api::keys;
-use hindsight_projector::runner::ProjectorConfig;
-use hindsight_store::read::{KeyStore, ProjectionStore};
+use hindsight_contracts::{AuthStore, ProjectionStore};
+use hindsight_projector::ProjectorConfig;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
 

@@ -2,9 +2,9 @@
 //! resolutions per second, with realistic interleaving (2 000 tokens, each
 //! ticking about once a second, in time order).
 
+use hindsight_contracts::{Delivered, Position};
 use hindsight_projector::Rollup;
 use hindsight_schemas::{Event, PriceTick, Resolution, Timestamp};
-use hindsight_store::{Delivered, Position};
 use std::time::Instant;
 
 pub fn run(quick: bool) {

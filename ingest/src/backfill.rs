@@ -8,8 +8,8 @@
 //! line numbers and reasons: never dropped silently.
 
 use crate::batch;
+use hindsight_contracts::{AppendBatch, AppendOutcome, EventLog, Idempotency};
 use hindsight_schemas::Timestamp;
-use hindsight_store::log::{AppendBatch, AppendOutcome, EventLog, Idempotency};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};

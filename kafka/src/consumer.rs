@@ -10,10 +10,8 @@
 
 use crate::topics::{partition_id, split_partition_id, KafkaConfig};
 use async_trait::async_trait;
-use hindsight_projector::runner::ConsumerSource;
+use hindsight_contracts::{ConsumerSource, Delivered, Error, LogConsumer, Position, Result};
 use hindsight_schemas::codec;
-use hindsight_store::log::{Delivered, LogConsumer, Position};
-use hindsight_store::{Result, StoreError};
 use hindsight_telemetry as tm;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext, Rebalance};
 use rdkafka::error::KafkaError;
@@ -54,8 +52,8 @@ pub struct KafkaConsumer {
     last_lag: Option<(Instant, Vec<(u32, u64)>)>,
 }
 
-fn fail(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(format!("kafka: {e}"))
+fn fail(e: KafkaError) -> Error {
+    Error::unavailable("kafka", e)
 }
 
 impl KafkaConsumer {
@@ -135,7 +133,7 @@ impl KafkaConsumer {
 async fn blocking<R: Send + 'static>(f: impl FnOnce() -> Result<R> + Send + 'static) -> Result<R> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| StoreError::Other(format!("blocking task failed: {e}")))?
+        .map_err(|e| Error::backend("kafka", format!("blocking task failed: {e}")))?
 }
 
 #[async_trait]

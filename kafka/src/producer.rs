@@ -9,10 +9,8 @@
 
 use crate::topics::KafkaConfig;
 use async_trait::async_trait;
+use hindsight_contracts::{AppendBatch, AppendOutcome, Error, EventLog, IdempotencyStore, Result};
 use hindsight_schemas::codec;
-use hindsight_store::log::{AppendBatch, AppendOutcome, EventLog};
-use hindsight_store::sqlite::IdempotencyFile;
-use hindsight_store::{Result, StoreError};
 use hindsight_telemetry as tm;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use std::collections::HashSet;
@@ -30,7 +28,7 @@ pub struct KafkaLog {
     delivery_timeout: Duration,
     config: KafkaConfig,
     budget: Arc<Semaphore>,
-    idempotency: Option<IdempotencyFile>,
+    idempotency: Option<Arc<dyn IdempotencyStore>>,
     /// Idempotency keys of batches being appended right now.
     appending: Mutex<HashSet<String>>,
 }
@@ -40,7 +38,7 @@ impl KafkaLog {
     /// batch fails.
     pub fn new(
         config: KafkaConfig,
-        idempotency: Option<IdempotencyFile>,
+        idempotency: Option<Arc<dyn IdempotencyStore>>,
         delivery_timeout: Duration,
     ) -> Result<Self> {
         let producer = RwLock::new((
@@ -75,7 +73,7 @@ impl KafkaLog {
                 (config.max_in_flight + 1000).to_string(),
             )
             .create()
-            .map_err(|e| StoreError::Unavailable(format!("kafka producer: {e}")))
+            .map_err(|e| Error::unavailable("kafka", format!("producer: {e}")))
     }
 
     /// Starts a new producer session after a failure, at most once per
@@ -111,8 +109,9 @@ impl KafkaLog {
             Ok(Ok(p)) => p,
             _ => {
                 metrics::counter!(tm::INGEST_BACKPRESSURE).increment(1);
-                return Err(StoreError::Unavailable(
-                    "kafka: in-flight budget exhausted; the broker is slow or down".into(),
+                return Err(Error::unavailable(
+                    "kafka",
+                    "in-flight budget exhausted; the broker is slow or down",
                 ));
             }
         };
@@ -157,7 +156,7 @@ impl KafkaLog {
             None => Ok(()),
             Some(reason) => {
                 self.renew_producer(&producer);
-                Err(StoreError::Unavailable(format!("kafka: {reason}")))
+                Err(Error::unavailable("kafka", reason))
             }
         }
     }
@@ -169,34 +168,53 @@ impl EventLog for KafkaLog {
         let config = self.config.clone();
         tokio::task::spawn_blocking(move || crate::topics::verify(&config, Duration::from_secs(2)))
             .await
-            .map_err(|e| StoreError::Other(e.to_string()))?
+            .map_err(|e| Error::backend("kafka", e.to_string()))?
     }
 
     async fn append(&self, batch: AppendBatch) -> Result<AppendOutcome> {
-        let key = batch.idempotency.as_ref().map(|i| i.key.clone());
-        if let (Some(key), Some(file)) = (&key, &self.idempotency) {
-            if let Some(response) = file.seen(key).await? {
-                return Ok(AppendOutcome::Duplicate { response });
-            }
-            // Two concurrent retries of one batch: the second waits its turn
-            // rather than appending the same events again.
-            if !self.appending.lock().unwrap().insert(key.clone()) {
-                return Err(StoreError::Unavailable(
-                    "the same Idempotency-Key is being appended right now".into(),
-                ));
-            }
+        let (Some(idem), Some(store)) = (&batch.idempotency, &self.idempotency) else {
+            self.produce(&batch).await?;
+            return Ok(AppendOutcome::Appended {
+                count: batch.events.len(),
+            });
+        };
+        if let Some(response) = store.seen(&idem.key).await? {
+            return Ok(AppendOutcome::Duplicate { response });
         }
-        let produced = self.produce(&batch).await;
-        if let Some(key) = &key {
-            if produced.is_ok() {
-                if let (Some(file), Some(idem)) = (&self.idempotency, &batch.idempotency) {
-                    file.record(key, idem.response.clone()).await?;
-                }
-            }
-            self.appending.lock().unwrap().remove(key);
-        }
-        produced.map(|_| AppendOutcome::Appended {
+        // Two concurrent retries of one batch: the second waits its turn
+        // rather than appending the same events again. The guard releases
+        // the key on every path out, errors included.
+        let _claim = Appending::claim(&self.appending, &idem.key).ok_or_else(|| {
+            Error::unavailable(
+                "kafka",
+                "the same Idempotency-Key is being appended right now",
+            )
+        })?;
+        self.produce(&batch).await?;
+        store.record(&idem.key, idem.response.clone()).await?;
+        Ok(AppendOutcome::Appended {
             count: batch.events.len(),
         })
+    }
+}
+
+/// An idempotency key being appended by this process, released on drop.
+struct Appending<'a> {
+    set: &'a Mutex<HashSet<String>>,
+    key: &'a str,
+}
+
+impl<'a> Appending<'a> {
+    fn claim(set: &'a Mutex<HashSet<String>>, key: &'a str) -> Option<Self> {
+        set.lock()
+            .unwrap()
+            .insert(key.to_string())
+            .then_some(Appending { set, key })
+    }
+}
+
+impl Drop for Appending<'_> {
+    fn drop(&mut self) {
+        self.set.lock().unwrap().remove(self.key);
     }
 }

@@ -1,7 +1,7 @@
 //! Topics, their names and settings, and `hindsight kafka init`.
 
+use hindsight_contracts::{Error, Result};
 use hindsight_schemas::EventKind;
-use hindsight_store::{Result, StoreError};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
@@ -72,8 +72,8 @@ pub fn split_partition_id(id: u32) -> (usize, i32) {
     ((id >> 16) as usize, (id & 0xffff) as i32)
 }
 
-fn fail(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(format!("kafka: {e}"))
+fn fail(e: impl std::fmt::Display) -> Error {
+    Error::unavailable("kafka", e.to_string())
 }
 
 /// Creates the topics, or verifies existing ones have the configured

@@ -9,4 +9,4 @@ pub mod rollup;
 pub mod runner;
 
 pub use rollup::Rollup;
-pub use runner::{ConsumerSource, EmbeddedSource, Projector};
+pub use runner::{Projector, ProjectorConfig};

@@ -19,9 +19,9 @@
 //! resolution a cursor on the open bucket; in-order ticks hit the cursor with
 //! one comparison per resolution and never hash.
 
+use hindsight_contracts::Delivered;
+use hindsight_contracts::{Row, RowKey, RowValue, Table};
 use hindsight_schemas::{BookLevel, Event, Resolution, Timestamp};
-use hindsight_store::read::{Row, RowKey, RowValue, Table};
-use hindsight_store::Delivered;
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
 
@@ -447,8 +447,8 @@ fn levels_json(levels: &Levels) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hindsight_contracts::Position;
     use hindsight_schemas::{BookSnapshot, MetricsSample, PriceTick};
-    use hindsight_store::Position;
 
     const T0: i64 = 1_756_684_800_000; // 2025-09-01T00:00:00Z
 

@@ -7,41 +7,14 @@
 //! (and then skipped row by row) or not durable at all.
 
 use crate::rollup::Rollup;
-use async_trait::async_trait;
+use hindsight_contracts::{
+    ConsumerSource, Delivered, LogConsumer, Position, ProjectionStore, ProjectionWrite, Result,
+};
 use hindsight_schemas::Event;
-use hindsight_store::log::{Delivered, LogConsumer, Position};
-use hindsight_store::read::{ProjectionStore, ProjectionWrite};
-use hindsight_store::sqlite::SqliteLog;
-use hindsight_store::Result;
 use hindsight_telemetry as tm;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
-
-/// Opens a consumer positioned after the last durably projected event.
-#[async_trait]
-pub trait ConsumerSource: Send + Sync {
-    async fn open(&self) -> Result<Box<dyn LogConsumer>>;
-}
-
-/// The embedded log, resumed from the position stored in the read store.
-pub struct EmbeddedSource {
-    pub log: Arc<SqliteLog>,
-    pub store: Arc<dyn ProjectionStore>,
-}
-
-#[async_trait]
-impl ConsumerSource for EmbeddedSource {
-    async fn open(&self) -> Result<Box<dyn LogConsumer>> {
-        let from = self
-            .store
-            .committed()
-            .await?
-            .into_iter()
-            .find(|p| p.partition == 0);
-        Ok(Box::new(self.log.consumer(from.map_or(0, |p| p.offset))?))
-    }
-}
 
 #[derive(Debug, Clone)]
 pub struct ProjectorConfig {
@@ -150,6 +123,12 @@ impl Projector {
         let batch = consumer
             .poll(self.config.batch_max, self.config.idle_wait)
             .await?;
+        // Partitions moved (a consumer-group rebalance): cached rows of a
+        // partition this projector lost may since have been written by
+        // another projector, so every row is loaded afresh.
+        if consumer.assignment_changed() {
+            self.rollup.clear();
+        }
         if batch.is_empty() {
             return Ok(StepStats::default());
         }
@@ -206,7 +185,7 @@ impl Projector {
         metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "catalog")
             .increment(events - stats.prices - stats.books - stats.metrics);
         metrics::counter!(tm::PROJECTOR_REPLAYS_SKIPPED).increment(stats.replays_skipped);
-        for table in hindsight_store::Table::ALL {
+        for table in hindsight_contracts::Table::ALL {
             metrics::counter!(tm::PROJECTOR_ROWS_WRITTEN, "table" => table.as_str())
                 .increment(per_table[table as usize]);
         }

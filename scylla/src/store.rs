@@ -11,9 +11,8 @@
 use crate::schema;
 use crate::statements::{self, period_of, Stmt};
 use async_trait::async_trait;
+use hindsight_contracts::*;
 use hindsight_schemas::{codec, Event, MarketRecord, Resolution, Timestamp};
-use hindsight_store::read::*;
-use hindsight_store::{Position, Result, StoreError};
 use hindsight_telemetry as tm;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
@@ -56,12 +55,12 @@ pub fn parse_consistency(text: &str) -> Option<Consistency> {
     })
 }
 
-fn fail(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Unavailable(format!("scylla: {e}"))
+fn fail(e: impl std::fmt::Display) -> Error {
+    Error::unavailable("cql", e.to_string())
 }
 
-fn corrupt(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Corrupt(format!("scylla: {e}"))
+fn corrupt(e: impl std::fmt::Display) -> Error {
+    Error::corrupt("cql", e.to_string())
 }
 
 async fn session(config: &ScyllaConfig) -> Result<Session> {
@@ -139,7 +138,7 @@ impl ScyllaStore {
     /// Connects, prepares every statement and checks each one's bind types
     /// against what the server reports.
     pub async fn connect(config: ScyllaConfig) -> Result<Self> {
-        schema::check_keyspace(&config.keyspace).map_err(StoreError::Other)?;
+        schema::check_keyspace(&config.keyspace).map_err(|e| Error::backend("cql", e))?;
         let session = session(&config).await?;
         let mut prepared = HashMap::new();
         for Stmt { name, cql, binds } in statements::all(&config.keyspace) {
@@ -153,7 +152,7 @@ impl ScyllaStore {
                 .map(|s| cql_type(s.typ()))
                 .collect();
             if server != binds {
-                return Err(StoreError::Other(format!(
+                return Err(Error::backend("cql", format!(
                     "statement {name}: the server expects bind types {server:?}, the code declares {binds:?} (schema out of date? run `hindsight scylla migrate`)"
                 )));
             }
@@ -176,7 +175,7 @@ impl ScyllaStore {
     /// Applies the schema unless the keyspace already records the current
     /// version; returns the statements run (none the second time).
     pub async fn migrate(config: &ScyllaConfig) -> Result<Vec<String>> {
-        schema::check_keyspace(&config.keyspace).map_err(StoreError::Other)?;
+        schema::check_keyspace(&config.keyspace).map_err(|e| Error::backend("cql", e))?;
         let session = session(config).await?;
         let recorded = match session
             .query_unpaged(
@@ -366,10 +365,10 @@ impl ScyllaStore {
             Event::Event(e) => ("events", "event", &e.id, e.updated_at),
             Event::Market(m) => ("markets", "market", &m.id, m.updated_at),
             other => {
-                return Err(StoreError::Other(format!(
-                    "{} is not a catalog record",
-                    other.kind().as_str()
-                )))
+                return Err(Error::backend(
+                    "cql",
+                    format!("{} is not a catalog record", other.kind().as_str()),
+                ))
             }
         };
         let stored = self
@@ -770,30 +769,31 @@ impl ReadStore for ScyllaStore {
         }
     }
 
-    async fn catalog_changes(&self, since: Option<u64>) -> Result<Vec<(u64, Event)>> {
+    async fn catalog_changes(
+        &self,
+        since: Option<&CatalogCursor>,
+    ) -> Result<(Vec<Event>, CatalogCursor)> {
+        // The cursor is the wall-clock time (ms) of the previous read.
         let now = Timestamp::now().0;
         let mut out = Vec::new();
         match since {
-            // Everything: the three tables, positioned at the load's start.
+            // Everything: the three tables.
             None => {
                 for table in ["series", "events", "markets"] {
                     self.scan(&format!("all_{table}"), |rows| {
                         for r in rows.rows::<(i64, Vec<u8>)>().map_err(corrupt)? {
                             let (_, body) = r.map_err(corrupt)?;
-                            out.push((
-                                (now - CHANGE_MARGIN_MS).max(0) as u64,
-                                codec::decode(&body).map_err(corrupt)?,
-                            ));
+                            out.push(codec::decode(&body).map_err(corrupt)?);
                         }
                         Ok(())
                     })
                     .await?;
                 }
             }
-            // The change feed since then, re-reading a margin; the API
-            // catalog keeps the newest version of each record.
+            // The change feed since then, re-reading a margin for entries
+            // that reach the feed late.
             Some(since) => {
-                let from = since as i64 - CHANGE_MARGIN_MS;
+                let from = since.backend_value() as i64 - CHANGE_MARGIN_MS;
                 for day in from.div_euclid(DAY_MS)..=now.div_euclid(DAY_MS) {
                     let rows = self
                         .exec("catalog_changes", "select_catalog_changes", (day, ts(from)))
@@ -801,13 +801,13 @@ impl ReadStore for ScyllaStore {
                         .into_rows_result()
                         .map_err(corrupt)?;
                     for r in rows.rows::<(CqlTimestamp, Vec<u8>)>().map_err(corrupt)? {
-                        let (at, body) = r.map_err(corrupt)?;
-                        out.push((at.0 as u64, codec::decode(&body).map_err(corrupt)?));
+                        let (_, body) = r.map_err(corrupt)?;
+                        out.push(codec::decode(&body).map_err(corrupt)?);
                     }
                 }
             }
         }
-        Ok(out)
+        Ok((out, CatalogCursor::from_backend(now.max(0) as u64)))
     }
 }
 
@@ -835,7 +835,7 @@ fn key_record(row: KeyRow) -> Result<ApiKeyRecord> {
 }
 
 #[async_trait]
-impl KeyStore for ScyllaStore {
+impl AuthStore for ScyllaStore {
     async fn put_key(&self, key: ApiKeyRecord) -> Result<()> {
         let values = (
             key.hash.to_vec(),

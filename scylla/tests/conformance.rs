@@ -3,9 +3,9 @@
 //! hindsight-scylla --test conformance -- --nocapture`. Without it the test
 //! says so and does nothing.
 
+use hindsight_contracts::conformance::{run_all, Backend};
 use hindsight_scylla::store::parse_consistency;
 use hindsight_scylla::{ScyllaConfig, ScyllaStore};
-use hindsight_store::conformance::{run_all, Backend};
 use std::sync::Arc;
 use std::time::Duration;
 

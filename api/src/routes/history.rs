@@ -14,9 +14,9 @@ use crate::query::{HistoryParams, HistoryQuery};
 use crate::ApiState;
 use axum::extract::{Path, State};
 use axum::Json;
+use hindsight_contracts::{self as read, TokenRef};
 use hindsight_schemas::api::*;
 use hindsight_schemas::{IsoTime, MarketRecord, Timestamp};
-use hindsight_store::read::{self, TokenRef};
 use serde_json::value::RawValue;
 use std::collections::BTreeMap;
 
@@ -123,7 +123,7 @@ async fn market_page<T, F, Fut>(
 ) -> Result<(BTreeMap<String, Vec<T>>, Option<Timestamp>), ApiError>
 where
     F: Fn(String, read::Range) -> Fut,
-    Fut: std::future::Future<Output = hindsight_store::Result<Vec<T>>>,
+    Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<T>>>,
     T: HasTime,
 {
     let mut series = Vec::with_capacity(market.tokens.len());

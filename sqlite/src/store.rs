@@ -1,9 +1,9 @@
 //! The embedded read store: bucket tables, catalog and API keys in `store.db`.
 
-use super::{blocking, open, Durability, Pool};
-use crate::read::*;
-use crate::{Position, Result, StoreError};
+use crate::db::{blocking, open, Durability, Pool};
+use crate::{CResult, Error, Result};
 use async_trait::async_trait;
+use hindsight_contracts::*;
 use hindsight_schemas::{codec, Event, MarketRecord, Timestamp};
 use hindsight_telemetry as tm;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
@@ -106,17 +106,20 @@ pub struct SqliteStore {
 }
 
 impl SqliteStore {
-    pub fn open(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StoreError::Other(format!("{}: {e}", dir.display())))?;
-        let path = dir.join(super::STORE_FILE);
+    pub fn open(dir: &Path) -> CResult<Self> {
+        Self::open_inner(dir).map_err(Into::into)
+    }
+
+    fn open_inner(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
+        let path = dir.join(crate::db::STORE_FILE);
         let conn = open(&path, Durability::Normal)?;
         conn.execute_batch(SCHEMA)?;
         conn.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
             params![SCHEMA_VERSION.to_string()],
         )?;
-        let limits = open(&dir.join(super::LIMITS_FILE), Durability::Normal)?;
+        let limits = open(&dir.join(crate::db::LIMITS_FILE), Durability::Normal)?;
         limits.execute_batch(LIMITS_SCHEMA)?;
         Ok(SqliteStore {
             writer: Arc::new(Mutex::new(conn)),
@@ -127,17 +130,28 @@ impl SqliteStore {
 
     /// Runs a read on a pooled connection, timed and counted by `op`.
     ///
-    /// Inline on the calling task, not on a blocking thread: in WAL mode a
-    /// reader never waits for a writer, and these reads are point lookups or
-    /// bounded range scans of microseconds — cheaper than the two thread
-    /// hand-offs of `spawn_blocking`.
+    /// Inline on the calling task when a pooled connection is idle: in WAL
+    /// mode a reader never waits for a writer, and these reads are point
+    /// lookups or bounded range scans of microseconds, cheaper than the two
+    /// thread hand-offs of `spawn_blocking`. Opening a new connection may
+    /// wait on another process's lock, so that happens on a blocking thread.
     async fn read<R: Send + 'static>(
         &self,
         op: &'static str,
         f: impl FnOnce(&Connection) -> Result<R> + Send + 'static,
-    ) -> Result<R> {
+    ) -> CResult<R> {
         let started = Instant::now();
-        let out = self.readers.with(f);
+        let out = match self.readers.take_idle() {
+            Some(conn) => {
+                let out = f(&conn);
+                self.readers.put_back(conn);
+                out.map_err(Into::into)
+            }
+            None => {
+                let readers = self.readers.clone();
+                blocking(move || readers.with(f)).await
+            }
+        };
         metrics::histogram!(tm::STORE_QUERY_SECONDS, "op" => op)
             .record(started.elapsed().as_secs_f64());
         if out.is_err() {
@@ -150,7 +164,7 @@ impl SqliteStore {
         &self,
         op: &'static str,
         f: impl FnOnce(&mut Connection) -> Result<R> + Send + 'static,
-    ) -> Result<R> {
+    ) -> CResult<R> {
         let conn = self.writer.clone();
         let started = Instant::now();
         let out = blocking(move || f(&mut conn.lock().unwrap())).await;
@@ -359,7 +373,7 @@ fn write_catalog(tx: &Transaction, pos: Position, event: &Event) -> Result<()> {
             }
         }
         other => {
-            return Err(StoreError::Other(format!(
+            return Err(Error::Io(format!(
                 "{} is not a catalog record",
                 other.kind().as_str()
             )))
@@ -370,7 +384,7 @@ fn write_catalog(tx: &Transaction, pos: Position, event: &Event) -> Result<()> {
 
 #[async_trait]
 impl ProjectionStore for SqliteStore {
-    async fn committed(&self) -> Result<Vec<Position>> {
+    async fn committed(&self) -> CResult<Vec<Position>> {
         self.read("committed", |conn| {
             let mut stmt =
                 conn.prepare("SELECT partition, next_offset FROM consumed ORDER BY partition")?;
@@ -385,7 +399,7 @@ impl ProjectionStore for SqliteStore {
         .await
     }
 
-    async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
+    async fn load(&self, keys: Vec<RowKey>) -> CResult<Vec<Row>> {
         // On the writer connection: the projector is the only writer, and it
         // must see its own latest commit.
         self.write("load_rows", move |conn| {
@@ -401,7 +415,7 @@ impl ProjectionStore for SqliteStore {
         .await
     }
 
-    async fn apply(&self, write: ProjectionWrite) -> Result<()> {
+    async fn apply(&self, write: ProjectionWrite) -> CResult<()> {
         self.write("apply", move |conn| {
             // IMMEDIATE: take the write lock first (waiting for it), rather
             // than upgrading a read snapshot another writer may have moved
@@ -424,7 +438,7 @@ impl ProjectionStore for SqliteStore {
         .await
     }
 
-    async fn reset(&self) -> Result<()> {
+    async fn reset(&self) -> CResult<()> {
         self.write("reset", |conn| {
             let tx = conn.transaction()?;
             for table in DERIVED_TABLES {
@@ -449,7 +463,7 @@ fn range_params(id: &str, r: &Range) -> (String, &'static str, i64, i64, i64) {
 
 #[async_trait]
 impl ReadStore for SqliteStore {
-    async fn prices(&self, token_id: &str, range: Range) -> Result<Vec<PricePoint>> {
+    async fn prices(&self, token_id: &str, range: Range) -> CResult<Vec<PricePoint>> {
         let p = range_params(token_id, &range);
         self.read("read_prices", move |conn| {
             let mut stmt = conn.prepare_cached(
@@ -466,7 +480,7 @@ impl ReadStore for SqliteStore {
         .await
     }
 
-    async fn metrics(&self, market_id: &str, range: Range) -> Result<Vec<MetricsPoint>> {
+    async fn metrics(&self, market_id: &str, range: Range) -> CResult<Vec<MetricsPoint>> {
         let p = range_params(market_id, &range);
         self.read("read_metrics", move |conn| {
             let mut stmt = conn.prepare_cached(
@@ -487,7 +501,7 @@ impl ReadStore for SqliteStore {
         .await
     }
 
-    async fn books(&self, token_id: &str, range: Range) -> Result<Vec<BookPoint>> {
+    async fn books(&self, token_id: &str, range: Range) -> CResult<Vec<BookPoint>> {
         let p = range_params(token_id, &range);
         self.read("read_books", move |conn| {
             let mut stmt = conn.prepare_cached(
@@ -502,7 +516,7 @@ impl ReadStore for SqliteStore {
         .await
     }
 
-    async fn token(&self, token_id: &str) -> Result<Option<TokenRef>> {
+    async fn token(&self, token_id: &str) -> CResult<Option<TokenRef>> {
         let id = token_id.to_string();
         self.read("read_token", move |conn| {
             Ok(conn
@@ -519,7 +533,7 @@ impl ReadStore for SqliteStore {
         .await
     }
 
-    async fn market(&self, id_or_slug: &str) -> Result<Option<MarketRecord>> {
+    async fn market(&self, id_or_slug: &str) -> CResult<Option<MarketRecord>> {
         let key = id_or_slug.to_string();
         self.read("read_market", move |conn| {
             let body: Option<Vec<u8>> = conn
@@ -533,48 +547,57 @@ impl ReadStore for SqliteStore {
             match body.map(|b| codec::decode(&b)) {
                 None => Ok(None),
                 Some(Ok(Event::Market(m))) => Ok(Some(m)),
-                Some(other) => Err(StoreError::Corrupt(format!("market body decodes to {other:?}"))),
+                Some(other) => Err(Error::Corrupt(format!("market body decodes to {other:?}"))),
             }
         })
         .await
     }
 
-    async fn catalog_changes(&self, since: Option<u64>) -> Result<Vec<(u64, Event)>> {
-        let since = since.map_or(-1, |s| s as i64);
+    async fn catalog_changes(
+        &self,
+        since: Option<&CatalogCursor>,
+    ) -> CResult<(Vec<Event>, CatalogCursor)> {
+        // The cursor is the log offset after the newest stored version seen.
+        let since = since.map_or(0, |s| s.backend_value() as i64);
         self.read("catalog_changes", move |conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT version_offset, body FROM series WHERE version_offset > ?1
-                 UNION ALL SELECT version_offset, body FROM events WHERE version_offset > ?1
-                 UNION ALL SELECT version_offset, body FROM markets WHERE version_offset > ?1
+                "SELECT version_offset, body FROM series WHERE version_offset >= ?1
+                 UNION ALL SELECT version_offset, body FROM events WHERE version_offset >= ?1
+                 UNION ALL SELECT version_offset, body FROM markets WHERE version_offset >= ?1
                  ORDER BY 1",
             )?;
             let mut rows = stmt.query(params![since])?;
-            let mut out = Vec::new();
+            let (mut out, mut last) = (Vec::new(), since);
             while let Some(r) = rows.next()? {
+                let offset: i64 = r.get(0)?;
                 out.push(decode_catalog(
-                    r.get(0)?,
+                    offset,
                     r.get_ref(1)?
                         .as_blob()
-                        .map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                        .map_err(|e| Error::Corrupt(e.to_string()))?,
                 )?);
+                last = last.max(offset + 1);
             }
-            Ok(out)
+            Ok((out, CatalogCursor::from_backend(last as u64)))
         })
         .await
     }
 }
 
-fn decode_catalog(offset: i64, body: &[u8]) -> Result<(u64, Event)> {
-    codec::decode(body)
-        .map(|e| (offset as u64, e))
-        .map_err(|e| StoreError::Corrupt(format!("catalog body at offset {offset}: {e}")))
+fn decode_catalog(offset: i64, body: &[u8]) -> Result<Event> {
+    codec::decode(body).map_err(|e| Error::Corrupt(format!("catalog body at offset {offset}: {e}")))
 }
 
-fn key_from_row(r: &rusqlite::Row) -> rusqlite::Result<ApiKeyRecord> {
+/// A stored key whose hash is not 32 bytes is corrupt, not a key.
+fn key_from_row(r: &rusqlite::Row) -> Result<ApiKeyRecord> {
+    let key_id: String = r.get(0)?;
     let hash: Vec<u8> = r.get(1)?;
+    let hash = hash.try_into().map_err(|h: Vec<u8>| {
+        Error::Corrupt(format!("api key {key_id}: hash of {} bytes", h.len()))
+    })?;
     Ok(ApiKeyRecord {
-        key_id: r.get(0)?,
-        hash: hash.try_into().unwrap_or([0; 32]),
+        key_id,
+        hash,
         organization: r.get(2)?,
         plan: r.get(3)?,
         created_at: Timestamp(r.get(4)?),
@@ -583,8 +606,8 @@ fn key_from_row(r: &rusqlite::Row) -> rusqlite::Result<ApiKeyRecord> {
 }
 
 #[async_trait]
-impl KeyStore for SqliteStore {
-    async fn put_key(&self, key: ApiKeyRecord) -> Result<()> {
+impl AuthStore for SqliteStore {
+    async fn put_key(&self, key: ApiKeyRecord) -> CResult<()> {
         self.write("put_key", move |conn| {
             conn.execute(
                 "INSERT OR REPLACE INTO api_keys VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
@@ -602,17 +625,16 @@ impl KeyStore for SqliteStore {
         .await
     }
 
-    async fn key_by_hash(&self, hash: [u8; 32]) -> Result<Option<ApiKeyRecord>> {
+    async fn key_by_hash(&self, hash: [u8; 32]) -> CResult<Option<ApiKeyRecord>> {
         self.read("read_key", move |conn| {
-            Ok(conn
-                .prepare_cached("SELECT * FROM api_keys WHERE hash = ?1")?
-                .query_row(params![hash.to_vec()], key_from_row)
-                .optional()?)
+            let mut stmt = conn.prepare_cached("SELECT * FROM api_keys WHERE hash = ?1")?;
+            let mut rows = stmt.query(params![hash.to_vec()])?;
+            rows.next()?.map(key_from_row).transpose()
         })
         .await
     }
 
-    async fn hit_window(&self, key_id: &str, window: Timestamp) -> Result<u64> {
+    async fn hit_window(&self, key_id: &str, window: Timestamp) -> CResult<u64> {
         let (conn, key_id) = (self.limits.clone(), key_id.to_string());
         let started = Instant::now();
         let count = blocking(move || {
@@ -637,11 +659,15 @@ impl KeyStore for SqliteStore {
         count
     }
 
-    async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+    async fn list_keys(&self) -> CResult<Vec<ApiKeyRecord>> {
         self.read("list_keys", |conn| {
             let mut stmt = conn.prepare("SELECT * FROM api_keys ORDER BY created_at")?;
-            let rows = stmt.query_map([], key_from_row)?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            let mut rows = stmt.query([])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(key_from_row(r)?);
+            }
+            Ok(out)
         })
         .await
     }

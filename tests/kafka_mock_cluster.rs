@@ -2,13 +2,13 @@
 //! take a broker down on demand. (Consumer groups and restarts are tested
 //! against a real broker, tansu, in the workspace's `tests/kafka_tansu.rs`.)
 
+use hindsight_contracts::{AppendBatch, AppendOutcome, EventLog, Idempotency};
+use hindsight_contracts::{Range, ReadStore};
 use hindsight_kafka::{KafkaConfig, KafkaLog, KafkaSource};
-use hindsight_projector::runner::ProjectorConfig;
 use hindsight_projector::Projector;
+use hindsight_projector::ProjectorConfig;
 use hindsight_schemas::*;
-use hindsight_store::log::{AppendBatch, AppendOutcome, EventLog, Idempotency};
-use hindsight_store::read::{Range, ReadStore};
-use hindsight_store::sqlite::{IdempotencyFile, SqliteStore};
+use hindsight_sqlite::{IdempotencyFile, SqliteStore};
 use rdkafka::mocking::MockCluster;
 use rdkafka::producer::DefaultProducerContext;
 use std::sync::Arc;
@@ -121,7 +121,12 @@ async fn a_down_broker_fails_the_batch_and_nothing_is_acknowledged() {
     let (mock, config) = cluster(1);
     let dir = tempfile::tempdir().unwrap();
     let idempotency = IdempotencyFile::open(dir.path()).unwrap();
-    let log = KafkaLog::new(config, Some(idempotency), Duration::from_millis(1500)).unwrap();
+    let log = KafkaLog::new(
+        config,
+        Some(Arc::new(idempotency)),
+        Duration::from_millis(1500),
+    )
+    .unwrap();
     let batch = |key: &str| AppendBatch {
         events: events(1, 10),
         idempotency: Some(Idempotency {

@@ -6,12 +6,13 @@
 //! the suite in `store/tests/conformance.rs`; ScyllaDB in
 //! `scylla/tests/conformance.rs` when `HINDSIGHT_SCYLLA_NODES` is set.
 
-use crate::read::*;
-use crate::{Position, StoreError};
+use crate::auth::*;
+use crate::store::*;
+use crate::{Error, Position};
 use hindsight_schemas::{Event, MarketRecord, Resolution, Timestamp, Token};
 use std::sync::Arc;
 
-pub use crate::read::Store as Backend;
+pub use crate::store::Store as Backend;
 
 type Check = Result<(), String>;
 
@@ -23,7 +24,7 @@ fn ensure(cond: bool, what: impl FnOnce() -> String) -> Check {
     }
 }
 
-fn store_err(e: StoreError) -> String {
+fn store_err(e: Error) -> String {
     format!("store error: {e}")
 }
 
@@ -350,12 +351,8 @@ pub async fn catalog_upserts_and_lookups(a: &dyn Backend, b: &dyn Backend, prefi
             .is_none(),
         || "absent market".into(),
     )?;
-    let changes = b.catalog_changes(None).await.map_err(store_err)?;
-    let ours: Vec<&Event> = changes
-        .iter()
-        .map(|(_, e)| e)
-        .filter(|e| e.key() == id)
-        .collect();
+    let (changes, _) = b.catalog_changes(None).await.map_err(store_err)?;
+    let ours: Vec<&Event> = changes.iter().filter(|e| e.key() == id).collect();
     ensure(ours.last() == Some(&&Event::Market(v2.clone())), || {
         format!("change feed ends with the latest version: {ours:?}")
     })

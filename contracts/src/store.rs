@@ -1,4 +1,5 @@
-//! The read store interface: bucket rows, catalog and API keys.
+//! The read store: bucket rows and catalog, written by projectors and read
+//! by the API.
 //!
 //! The projector is the single writer of bucket rows (one owner per log
 //! partition); it loads the rows a batch touches, folds the batch into them
@@ -76,18 +77,35 @@ pub struct Row {
     pub last_offset: u64,
 }
 
-/// One durable step of the projector: rows, catalog upserts and the position
-/// up to which the log has been consumed, applied atomically where the
-/// backend can (embedded), or rows first and positions last (distributed).
+/// One durable step of the projector: rows, catalog upserts and the
+/// positions up to which the log has been consumed.
 #[derive(Debug, Default)]
 pub struct ProjectionWrite {
     pub rows: Vec<Row>,
-    /// Catalog records in log order; the latest `(updated_at, offset)` wins.
+    /// Catalog records in log order; the latest `(updated_at, position)` wins.
     pub catalog: Vec<(Position, Event)>,
     /// Per partition, the last position consumed.
     pub consumed: Vec<Position>,
 }
 
+/// The projector's side of the read store.
+///
+/// Contract:
+/// - **Whole rows**: `apply` writes each row as given (an upsert of the whole
+///   row); `load` returns exactly what was last applied for a key, or
+///   nothing.
+/// - **Positions last**: after `apply` returns `Ok`, `committed` reports
+///   positions at least `consumed + 1`. If `apply` fails or the process dies
+///   inside it, some rows may be written, but `committed` never advances
+///   past rows that are not durable. (The embedded store writes all of it in
+///   one transaction; the CQL store writes rows, then catalog, then
+///   positions.) Re-applying the same write is a no-op, so the projector's
+///   replay from `committed` converges.
+/// - **Catalog upserts**: of several versions of one record, the one with
+///   the greatest `(updated_at, position)` is kept, whatever order they
+///   arrive in. A market upsert replaces the market's token list: tokens no
+///   longer listed stop resolving through `ReadStore::token`.
+/// - `reset` drops every row, catalog record and consumed position.
 #[async_trait]
 pub trait ProjectionStore: Send + Sync {
     /// Per partition, the position after the last consumed event.
@@ -95,7 +113,6 @@ pub trait ProjectionStore: Send + Sync {
     /// The stored rows among `keys` (missing rows are simply absent).
     async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>>;
     async fn apply(&self, write: ProjectionWrite) -> Result<()>;
-    /// Drops every read table and consumed position (for `rebuild`).
     async fn reset(&self) -> Result<()>;
 }
 
@@ -149,36 +166,38 @@ pub trait ReadStore: Send + Sync {
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>>;
     /// A market by id, or else by slug.
     async fn market(&self, id_or_slug: &str) -> Result<Option<MarketRecord>>;
-    /// Catalog records (series, events, markets) changed after `since`, in
-    /// change order, with the change position to pass as the next `since`.
-    /// `None` reads everything. Feeds the API's in-memory catalog.
-    async fn catalog_changes(&self, since: Option<u64>) -> Result<Vec<(u64, Event)>>;
+    /// Catalog records (series, events, markets) changed after `since`, and
+    /// the cursor to pass as the next `since`. `None` reads everything.
+    /// Feeds the API's in-memory catalog.
+    ///
+    /// Contract: a record whose stored version changes after a cursor was
+    /// returned is in the answer of the next call with that cursor. Records
+    /// may repeat across calls (a backend may re-read a safety margin), so
+    /// callers keep the version with the greatest `updated_at`.
+    async fn catalog_changes(
+        &self,
+        since: Option<&CatalogCursor>,
+    ) -> Result<(Vec<Event>, CatalogCursor)>;
 }
 
-/// A stored API key: only its hash is kept.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ApiKeyRecord {
-    /// Short public handle (`hs_ab12cd34`) used by `keys list/revoke`.
-    pub key_id: String,
-    pub hash: [u8; 32],
-    pub organization: String,
-    pub plan: String,
-    pub created_at: Timestamp,
-    pub revoked_at: Option<Timestamp>,
-}
+/// Where a reader of catalog changes stands: opaque to callers. The
+/// embedded store counts log positions, the CQL store change times; neither
+/// meaning leaks out.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub struct CatalogCursor(u64);
 
-#[async_trait]
-pub trait KeyStore: Send + Sync {
-    /// Inserts or replaces the key with this `key_id`.
-    async fn put_key(&self, key: ApiKeyRecord) -> Result<()>;
-    async fn key_by_hash(&self, hash: [u8; 32]) -> Result<Option<ApiKeyRecord>>;
-    async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>>;
-    /// Counts one request of `key_id` in the rate window starting at
-    /// `window`, atomically across every API process sharing the store, and
-    /// returns the window's count including this request.
-    async fn hit_window(&self, key_id: &str, window: Timestamp) -> Result<u64>;
+impl CatalogCursor {
+    /// For adapters: wraps the backend's own position.
+    pub fn from_backend(value: u64) -> Self {
+        CatalogCursor(value)
+    }
+
+    /// For adapters: the backend's own position.
+    pub fn backend_value(&self) -> u64 {
+        self.0
+    }
 }
 
 /// A whole read-store backend, as the services hold it.
-pub trait Store: ProjectionStore + ReadStore + KeyStore {}
-impl<T: ProjectionStore + ReadStore + KeyStore> Store for T {}
+pub trait Store: ProjectionStore + ReadStore + crate::AuthStore {}
+impl<T: ProjectionStore + ReadStore + crate::AuthStore> Store for T {}

@@ -1,7 +1,7 @@
 //! The embedded backend passes the shared conformance suite.
 
-use hindsight_store::conformance::{run_all, Backend};
-use hindsight_store::sqlite::SqliteStore;
+use hindsight_contracts::conformance::{run_all, Backend};
+use hindsight_sqlite::SqliteStore;
 use std::sync::Arc;
 
 #[tokio::test]

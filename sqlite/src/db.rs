@@ -1,36 +1,18 @@
-//! The embedded backends: SQLite files in WAL mode under the data directory.
-//!
-//! - `log.db`: the event log ([`SqliteLog`]). `synchronous=FULL`: an append
-//!   returns after fsync, so an acknowledged batch survives power loss.
-//! - `store.db`: the read store ([`SqliteStore`]). Buckets, catalog and the
-//!   projector's consumed position commit in one transaction, so a crash
-//!   anywhere neither loses nor double-counts an event. `synchronous=NORMAL`
-//!   is enough here: a power loss can only roll back whole transactions, and
-//!   the projector then re-reads those events from the log.
-//!
-//! Two files rather than one so that ingest and the projector never wait on
-//! each other's write lock. Several processes (`hindsight ingest`,
-//! `projector`, `api`) can share a data directory; SQLite's locking keeps
-//! them consistent.
+//! Connections: opening in WAL mode, a small read pool, and the hop off the
+//! async runtime.
 
-mod log;
-mod store;
-
-pub use log::{IdempotencyFile, SqliteConsumer, SqliteLog};
-pub use store::SqliteStore;
-
-use crate::Result;
+use crate::{Error, Result};
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
 
-pub const LOG_FILE: &str = "log.db";
-pub const STORE_FILE: &str = "store.db";
-pub const LIMITS_FILE: &str = "limits.db";
+pub(crate) const LOG_FILE: &str = "log.db";
+pub(crate) const STORE_FILE: &str = "store.db";
+pub(crate) const LIMITS_FILE: &str = "limits.db";
 
 #[derive(Clone, Copy, PartialEq)]
-enum Durability {
+pub(crate) enum Durability {
     /// fsync on every commit.
     Full,
     /// fsync at checkpoints; transactions stay atomic.
@@ -39,16 +21,16 @@ enum Durability {
 
 /// Page cache of writer connections; readers get a quarter (the OS page
 /// cache holds the rest, and the API may open a dozen readers).
-const WRITER_CACHE_KB: i64 = 16_000;
+pub(crate) const WRITER_CACHE_KB: i64 = 16_000;
 
 /// Opens (creating if needed) in WAL mode. Another process opening the same
 /// new file at the same moment can hold the lock that switching to WAL
 /// needs, which SQLite reports at once rather than waiting: retry a while.
-fn open(path: &Path, durability: Durability) -> Result<Connection> {
+pub(crate) fn open(path: &Path, durability: Durability) -> Result<Connection> {
     let mut delay = Duration::from_millis(10);
     loop {
         match try_open(path, durability) {
-            Err(crate::StoreError::Sqlite(rusqlite::Error::SqliteFailure(e, _)))
+            Err(Error::Sql(rusqlite::Error::SqliteFailure(e, _)))
                 if e.code == rusqlite::ErrorCode::DatabaseBusy
                     && delay < Duration::from_secs(5) =>
             {
@@ -60,7 +42,7 @@ fn open(path: &Path, durability: Durability) -> Result<Connection> {
     }
 }
 
-fn try_open(path: &Path, durability: Durability) -> Result<Connection> {
+pub(crate) fn try_open(path: &Path, durability: Durability) -> Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(10))?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
@@ -76,14 +58,14 @@ fn try_open(path: &Path, durability: Durability) -> Result<Connection> {
 
 /// A few reusable read connections: SQLite connections are not `Sync`, and
 /// opening one per request costs more than the query.
-struct Pool {
+pub(crate) struct Pool {
     path: PathBuf,
     durability: Durability,
     idle: Mutex<Vec<Connection>>,
 }
 
 impl Pool {
-    fn new(path: PathBuf, durability: Durability) -> Self {
+    pub(crate) fn new(path: PathBuf, durability: Durability) -> Self {
         Pool {
             path,
             durability,
@@ -91,9 +73,9 @@ impl Pool {
         }
     }
 
-    fn with<R>(&self, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
-        let conn = self.idle.lock().unwrap().pop();
-        let conn = match conn {
+    /// Runs `f` on an idle connection, opening one if none is idle.
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&Connection) -> Result<R>) -> Result<R> {
+        let conn = match self.take_idle() {
             Some(c) => c,
             None => {
                 let c = open(&self.path, self.durability)?;
@@ -102,17 +84,28 @@ impl Pool {
             }
         };
         let out = f(&conn);
+        self.put_back(conn);
+        out
+    }
+
+    pub(crate) fn take_idle(&self) -> Option<Connection> {
+        self.idle.lock().unwrap().pop()
+    }
+
+    pub(crate) fn put_back(&self, conn: Connection) {
         let mut idle = self.idle.lock().unwrap();
         if idle.len() < 16 {
             idle.push(conn);
         }
-        out
     }
 }
 
 /// Runs blocking SQLite work off the async runtime.
-async fn blocking<R: Send + 'static>(f: impl FnOnce() -> Result<R> + Send + 'static) -> Result<R> {
+pub(crate) async fn blocking<R: Send + 'static>(
+    f: impl FnOnce() -> Result<R> + Send + 'static,
+) -> crate::CResult<R> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| crate::StoreError::Other(format!("blocking task failed: {e}")))?
+        .map_err(|e| Error::Io(format!("blocking task failed: {e}")))?
+        .map_err(Into::into)
 }

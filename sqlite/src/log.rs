@@ -6,10 +6,13 @@
 //! row per batch rather than per event makes an append one small B-tree
 //! insert and one fsync, whatever the batch size.
 
-use super::{blocking, open, Durability};
-use crate::log::*;
-use crate::{Result, StoreError};
+use crate::db::{blocking, open, Durability};
+use crate::{CResult, Error, Result};
 use async_trait::async_trait;
+use hindsight_contracts::{
+    AppendBatch, AppendOutcome, ConsumerSource, Delivered, EventLog, IdempotencyStore, LogConsumer,
+    Position, ProjectionStore,
+};
 use hindsight_schemas::{codec, Timestamp};
 use hindsight_telemetry as tm;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
@@ -46,10 +49,13 @@ pub struct SqliteLog {
 }
 
 impl SqliteLog {
-    pub fn open(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StoreError::Other(format!("{}: {e}", dir.display())))?;
-        let path = dir.join(super::LOG_FILE);
+    pub fn open(dir: &Path) -> CResult<Self> {
+        Self::open_inner(dir).map_err(Into::into)
+    }
+
+    fn open_inner(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
+        let path = dir.join(crate::db::LOG_FILE);
         let conn = open(&path, Durability::Full)?;
         conn.execute_batch(SCHEMA)?;
         let head = next_offset(&conn)?;
@@ -63,7 +69,11 @@ impl SqliteLog {
 
     /// A consumer starting at `from` (the position after the last consumed
     /// event), with its own connection.
-    pub fn consumer(&self, from: u64) -> Result<SqliteConsumer> {
+    pub fn consumer(&self, from: u64) -> CResult<SqliteConsumer> {
+        self.consumer_inner(from).map_err(Into::into)
+    }
+
+    fn consumer_inner(&self, from: u64) -> Result<SqliteConsumer> {
         Ok(SqliteConsumer {
             conn: Arc::new(Mutex::new(open(&self.path, Durability::Full)?)),
             next: from,
@@ -74,7 +84,7 @@ impl SqliteLog {
 
     /// Offset after the newest event, read from the file (sees other
     /// processes' appends too).
-    pub async fn head(&self) -> Result<u64> {
+    pub async fn head(&self) -> CResult<u64> {
         let conn = self.writer.clone();
         blocking(move || next_offset(&conn.lock().unwrap())).await
     }
@@ -93,11 +103,11 @@ fn next_offset(conn: &Connection) -> Result<u64> {
 
 #[async_trait]
 impl EventLog for SqliteLog {
-    async fn ready(&self) -> Result<()> {
+    async fn ready(&self) -> CResult<()> {
         self.head().await.map(|_| ())
     }
 
-    async fn append(&self, batch: AppendBatch) -> Result<AppendOutcome> {
+    async fn append(&self, batch: AppendBatch) -> CResult<AppendOutcome> {
         let conn = self.writer.clone();
         let started = Instant::now();
         let (outcome, head) = blocking(move || {
@@ -187,7 +197,7 @@ impl SqliteConsumer {
             let payload = row
                 .get_ref(2)?
                 .as_blob()
-                .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                .map_err(|e| Error::Corrupt(e.to_string()))?;
             decode_batch(first, count, payload, from, &mut out)?;
             if out.len() >= max {
                 break;
@@ -208,13 +218,13 @@ fn decode_batch(
     for i in 0..count {
         let offset = first + i;
         let Some((len, tail)) = rest.split_first_chunk::<4>() else {
-            return Err(StoreError::Corrupt(format!(
+            return Err(Error::Corrupt(format!(
                 "log batch at {first} ends before event {offset}"
             )));
         };
         let len = u32::from_le_bytes(*len) as usize;
         if tail.len() < len {
-            return Err(StoreError::Corrupt(format!(
+            return Err(Error::Corrupt(format!(
                 "log batch at {first}: event {offset} is truncated"
             )));
         }
@@ -244,7 +254,7 @@ fn decode_batch(
 
 #[async_trait]
 impl LogConsumer for SqliteConsumer {
-    async fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<Delivered>> {
+    async fn poll(&mut self, max: usize, wait: Duration) -> CResult<Vec<Delivered>> {
         if self.pending.is_empty() {
             let conn = self.conn.clone();
             let from = self.next;
@@ -266,14 +276,19 @@ impl LogConsumer for SqliteConsumer {
         Ok(out)
     }
 
-    async fn commit(&mut self, _upto: &[Position]) -> Result<()> {
+    async fn commit(&mut self, _upto: &[Position]) -> CResult<()> {
         Ok(())
     }
 
-    async fn lag(&mut self) -> Result<Vec<(u32, u64)>> {
+    async fn lag(&mut self) -> CResult<Vec<(u32, u64)>> {
         let conn = self.conn.clone();
         let head = blocking(move || next_offset(&conn.lock().unwrap())).await?;
         Ok(vec![(0, head.saturating_sub(self.next))])
+    }
+
+    /// One partition, always this consumer's.
+    fn assignment_changed(&mut self) -> bool {
+        false
     }
 }
 
@@ -285,18 +300,24 @@ pub struct IdempotencyFile {
 }
 
 impl IdempotencyFile {
-    pub fn open(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| StoreError::Other(format!("{}: {e}", dir.display())))?;
+    pub fn open(dir: &Path) -> CResult<Self> {
+        Self::open_inner(dir).map_err(Into::into)
+    }
+
+    fn open_inner(dir: &Path) -> Result<Self> {
+        std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
         let conn = open(&dir.join("idempotency.db"), Durability::Full)?;
         conn.execute_batch(SCHEMA)?;
         Ok(IdempotencyFile {
             conn: Arc::new(Mutex::new(conn)),
         })
     }
+}
 
+#[async_trait]
+impl IdempotencyStore for IdempotencyFile {
     /// The response recorded for `key` within the last 24 h.
-    pub async fn seen(&self, key: &str) -> Result<Option<Vec<u8>>> {
+    async fn seen(&self, key: &str) -> CResult<Option<Vec<u8>>> {
         let (conn, key) = (self.conn.clone(), key.to_string());
         blocking(move || {
             let now = Timestamp::now().millis();
@@ -313,7 +334,7 @@ impl IdempotencyFile {
         .await
     }
 
-    pub async fn record(&self, key: &str, response: Vec<u8>) -> Result<()> {
+    async fn record(&self, key: &str, response: Vec<u8>) -> CResult<()> {
         let (conn, key) = (self.conn.clone(), key.to_string());
         blocking(move || {
             let now = Timestamp::now().millis();
@@ -326,5 +347,24 @@ impl IdempotencyFile {
             Ok(())
         })
         .await
+    }
+}
+
+/// The embedded log, resumed from the position stored in the read store.
+pub struct EmbeddedSource {
+    pub log: Arc<SqliteLog>,
+    pub store: Arc<dyn ProjectionStore>,
+}
+
+#[async_trait]
+impl ConsumerSource for EmbeddedSource {
+    async fn open(&self) -> hindsight_contracts::Result<Box<dyn LogConsumer>> {
+        let from = self
+            .store
+            .committed()
+            .await?
+            .into_iter()
+            .find(|p| p.partition == 0);
+        Ok(Box::new(self.log.consumer(from.map_or(0, |p| p.offset))?))
     }
 }

@@ -1,0 +1,35 @@
+//! The contracts between Hindsight's services and its backends.
+//!
+//! Services (`ingest`, `projector`, `api`) are written against these traits
+//! only; each backend is a peer adapter crate that implements them:
+//!
+//! | contract | embedded (`hindsight-sqlite`) | distributed |
+//! | --- | --- | --- |
+//! | [`EventLog`], [`LogConsumer`], [`ConsumerSource`] | `log.db` | Kafka (`hindsight-kafka`) |
+//! | [`IdempotencyStore`] | `log.db` (atomic with the append) | `idempotency.db` beside ingest |
+//! | [`ProjectionStore`], [`ReadStore`] | `store.db` | CQL (`hindsight-scylla`) |
+//! | [`AuthStore`] | `store.db`, `limits.db` | CQL |
+//!
+//! Every trait states its contract on itself: what a caller may rely on,
+//! whichever backend answers. `docs/contracts.md` is the same in prose, and
+//! the [`conformance`] suite (feature `conformance`) checks each clause
+//! against every backend the machine can start, one test per check.
+
+pub mod auth;
+pub mod error;
+pub mod log;
+pub mod store;
+
+#[cfg(feature = "conformance")]
+pub mod conformance;
+
+pub use auth::{ApiKeyRecord, AuthStore};
+pub use error::{Error, ErrorKind, Result};
+pub use log::{
+    AppendBatch, AppendOutcome, ConsumerSource, Delivered, EventLog, Idempotency, IdempotencyStore,
+    LogConsumer, Position,
+};
+pub use store::{
+    BookPoint, CatalogCursor, MetricsPoint, PricePoint, ProjectionStore, ProjectionWrite, Range,
+    ReadStore, Row, RowKey, RowValue, Store, Table, TokenRef,
+};

@@ -1,0 +1,57 @@
+//! The embedded backends: SQLite files in WAL mode under the data directory.
+//! A peer adapter: it implements `hindsight-contracts` and nothing above
+//! depends on it but the composition root.
+//!
+//! - `log.db`: the event log ([`SqliteLog`]). `synchronous=FULL`: an append
+//!   returns after fsync, so an acknowledged batch survives power loss.
+//! - `store.db`: the read store ([`SqliteStore`]). Buckets, catalog and the
+//!   projector's consumed position commit in one transaction, so a crash
+//!   anywhere neither loses nor double-counts an event. `synchronous=NORMAL`
+//!   is enough here: a power loss can only roll back whole transactions, and
+//!   the projector then re-reads those events from the log.
+//!
+//! Two files rather than one so that ingest and the projector never wait on
+//! each other's write lock. Several processes (`hindsight ingest`,
+//! `projector`, `api`) can share a data directory; SQLite's locking keeps
+//! them consistent.
+
+mod db;
+mod log;
+mod store;
+
+pub use log::{EmbeddedSource, IdempotencyFile, SqliteConsumer, SqliteLog};
+pub use store::SqliteStore;
+
+/// What goes wrong inside this adapter; converted to the contracts' error at
+/// the trait boundary.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Error {
+    #[error(transparent)]
+    Sql(#[from] rusqlite::Error),
+    #[error("{0}")]
+    Corrupt(String),
+    #[error("{0}")]
+    Io(String),
+}
+
+pub(crate) type Result<T, E = Error> = std::result::Result<T, E>;
+/// What the contracts' methods return.
+pub(crate) type CResult<T> = hindsight_contracts::Result<T>;
+
+impl From<Error> for hindsight_contracts::Error {
+    fn from(e: Error) -> Self {
+        use rusqlite::ErrorCode::*;
+        match e {
+            Error::Corrupt(_) => hindsight_contracts::Error::corrupt("sqlite", e),
+            Error::Sql(rusqlite::Error::SqliteFailure(f, _))
+                if matches!(
+                    f.code,
+                    DatabaseBusy | DatabaseLocked | DiskFull | CannotOpen
+                ) =>
+            {
+                hindsight_contracts::Error::unavailable("sqlite", e)
+            }
+            _ => hindsight_contracts::Error::backend("sqlite", e),
+        }
+    }
+}
