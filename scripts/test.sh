@@ -1,22 +1,42 @@
 #!/usr/bin/env bash
 # Every test Hindsight has: formatting, lints, unit, integration and
-# end-to-end tests (which start the real binary, a Kafka-protocol broker and
-# Prometheus on loopback ports), the official Python client and schemathesis
-# against a live server, and the deployment's configuration checks.
+# end-to-end tests (which start the real binary, Apache Kafka, Apache
+# Cassandra and Prometheus on loopback ports), the official Python client and
+# schemathesis against a live server, and the deployment's configuration
+# checks. Tests that need an engine fail, not skip, when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
 
 scripts/install-tools.sh
 
+# Real engines for the whole run, stopped however the run ends. They start
+# in the background while formatting and lints run.
+export HINDSIGHT_ENGINES_RUN="${HINDSIGHT_ENGINES_RUN:-$(mktemp -d /tmp/hindsight-engines.XXXXXX)}"
+engines_env="$(mktemp)"
+trap 'scripts/engines.sh stop || true; rm -f "$engines_env"' EXIT
+echo "== starting engines (Apache Kafka, Apache Cassandra) in $HINDSIGHT_ENGINES_RUN"
+scripts/engines.sh start > "$engines_env" &
+engines_pid=$!
+
 echo "== cargo fmt --check"
 cargo fmt --all -- --check
 echo "== cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== building tests"
+cargo test --workspace --locked --no-run
+
+wait "$engines_pid" || { echo "the engines did not start (see above)"; exit 1; }
+# shellcheck disable=SC1090
+source "$engines_env"
+echo "== engines ready: HINDSIGHT_KAFKA_BROKERS=$HINDSIGHT_KAFKA_BROKERS HINDSIGHT_SCYLLA_NODES=$HINDSIGHT_SCYLLA_NODES"
 echo "== cargo test"
 cargo test --workspace --locked
-echo "== ScyllaDB conformance suite (against a node when HINDSIGHT_SCYLLA_NODES is set)"
-cargo test --locked -p hindsight-scylla --test conformance -- --nocapture 2>&1 | grep -E "SKIPPED|test result"
+echo "== conformance suites per backend (checks by name; CQL on Apache Cassandra, log on Apache Kafka)"
+for pkg in hindsight-sqlite hindsight-scylla hindsight-kafka; do
+  echo "-- $pkg"
+  cargo test --locked -p "$pkg" --test conformance 2>&1 | grep -E "^test |^test result"
+done
 echo "== compose and Prometheus configuration"
 docker-compose -f compose/docker-compose.yml config -q && echo "compose/docker-compose.yml: valid"
 promtool check config compose/prometheus/prometheus.yml
