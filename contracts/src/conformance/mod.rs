@@ -101,6 +101,7 @@ macro_rules! store_conformance {
         $crate::__conformance_tests!(store, $make;
             bucket_round_trips: Shared,
             ranges_ordering_and_paging: Shared,
+            large_writes_round_trip: Shared,
             rows_are_whole_and_last_applied_wins: Shared,
             committed_positions_per_partition: Shared,
             positions_never_advance_past_unwritten_rows: Shared,
