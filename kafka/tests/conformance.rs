@@ -39,7 +39,7 @@ async fn log(prefix: &str) -> LogFixture {
         instance_id: None,
         max_in_flight: 10_000,
     };
-    topics::init(&config).await.expect("create topics");
+    create_topics(&config).await;
     let dir = tempfile::tempdir().expect("temporary directory");
     let idempotency: Arc<dyn IdempotencyStore> =
         Arc::new(IdempotencyFile::open(dir.path()).expect("open idempotency file"));
@@ -52,6 +52,24 @@ async fn log(prefix: &str) -> LogFixture {
         source: Arc::new(KafkaSource { config }) as Arc<dyn ConsumerSource>,
         store,
         keep: Box::new(dir),
+    }
+}
+
+/// `topics::init` verifies the topics right after creating them, and the
+/// broker can answer that metadata request before the new topics reach its
+/// metadata cache ("topic ... does not exist"): `init` is idempotent, so
+/// try again briefly. (Reported: `init` itself should wait for them.)
+async fn create_topics(config: &KafkaConfig) {
+    let mut attempt = 0;
+    loop {
+        attempt += 1;
+        match topics::init(config).await {
+            Ok(_) => return,
+            Err(e) if attempt < 10 && e.to_string().contains("does not exist") => {
+                tokio::time::sleep(Duration::from_millis(200)).await
+            }
+            Err(e) => panic!("creating topics under {}: {e}", config.topic_prefix),
+        }
     }
 }
 
