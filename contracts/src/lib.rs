@@ -23,6 +23,9 @@ pub mod store;
 #[cfg(feature = "conformance")]
 pub mod conformance;
 
+#[cfg(feature = "faults")]
+pub mod faults;
+
 pub use auth::{ApiKeyRecord, AuthStore};
 pub use error::{Error, ErrorKind, Result};
 pub use log::{

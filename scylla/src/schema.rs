@@ -1,7 +1,11 @@
 //! The schema (`schemas/cql/hindsight.cql`) and `hindsight scylla migrate`.
 
 /// Bumped with every change to `schemas/cql/hindsight.cql`.
-pub const SCHEMA_VERSION: i32 = 1;
+/// Version 2: `market_slugs` and `market_tokens` replace `markets_by_slug`
+/// and `tokens` (a market upsert now replaces its slug and token list).
+/// Migrating a version 1 keyspace creates the new tables empty: run
+/// `hindsight rebuild` after it to fill them from the log.
+pub const SCHEMA_VERSION: i32 = 2;
 
 const CQL: &str = include_str!("../../schemas/cql/hindsight.cql");
 

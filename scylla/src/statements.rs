@@ -119,7 +119,7 @@ pub fn all(ks: &str) -> Vec<Stmt> {
     for table in ["series", "events", "markets"] {
         out.push(stmt(
             format!("version_{table}"),
-            format!("SELECT updated_at, version_offset FROM {ks}.{table} WHERE id = ?"),
+            format!("SELECT updated_at, version_offset, body FROM {ks}.{table} WHERE id = ?"),
             &["text"],
         ));
         out.push(stmt(
@@ -140,22 +140,34 @@ pub fn all(ks: &str) -> Vec<Stmt> {
     ));
     out.push(stmt(
         "upsert_market_slug",
-        format!("INSERT INTO {ks}.markets_by_slug (slug, id) VALUES (?, ?)"),
+        format!("INSERT INTO {ks}.market_slugs (slug, id) VALUES (?, ?)"),
+        &["text", "text"],
+    ));
+    out.push(stmt(
+        "delete_market_slug",
+        format!("DELETE FROM {ks}.market_slugs WHERE slug = ? AND id = ?"),
         &["text", "text"],
     ));
     out.push(stmt(
         "select_market_slug",
-        format!("SELECT id FROM {ks}.markets_by_slug WHERE slug = ?"),
+        format!("SELECT id FROM {ks}.market_slugs WHERE slug = ?"),
         &["text"],
     ));
     out.push(stmt(
         "upsert_token",
-        format!("INSERT INTO {ks}.tokens (token_id, market_id, label) VALUES (?, ?, ?)"),
+        format!("INSERT INTO {ks}.market_tokens (token_id, market_id, label) VALUES (?, ?, ?)"),
         &["text", "text", "text"],
     ));
     out.push(stmt(
+        "delete_token",
+        format!("DELETE FROM {ks}.market_tokens WHERE token_id = ? AND market_id = ?"),
+        &["text", "text"],
+    ));
+    out.push(stmt(
         "select_token",
-        format!("SELECT market_id, label FROM {ks}.tokens WHERE token_id = ?"),
+        format!(
+            "SELECT market_id, label, writetime(label) FROM {ks}.market_tokens WHERE token_id = ?"
+        ),
         &["text"],
     ));
     out.push(stmt(
@@ -213,8 +225,8 @@ pub fn derived_tables(ks: &str) -> Vec<String> {
         "series",
         "events",
         "markets",
-        "markets_by_slug",
-        "tokens",
+        "market_slugs",
+        "market_tokens",
         "catalog_changes",
     ] {
         t.push(format!("{ks}.{name}"));

@@ -358,7 +358,9 @@ impl ScyllaStore {
     }
 
     /// Upserts a catalog record if newer than the stored version, with its
-    /// lookups and a change-feed entry.
+    /// lookups and a change-feed entry. A market's new slug and tokens are
+    /// written before the rows of its dropped ones are deleted, so the
+    /// market stays reachable throughout.
     async fn write_catalog(&self, pos: Position, event: &Event) -> Result<()> {
         let (table, kind, id, updated) = match event {
             Event::Series(s) => ("series", "series", &s.id, s.updated_at),
@@ -379,11 +381,11 @@ impl ScyllaStore {
             )
             .await?;
         let stored = stored.into_rows_result().map_err(corrupt)?;
-        if let Some((at, offset)) = stored
-            .maybe_first_row::<(CqlTimestamp, i64)>()
-            .map_err(corrupt)?
-        {
-            if (updated.0, pos.offset as i64) <= (at.0, offset) {
+        let stored = stored
+            .maybe_first_row::<(CqlTimestamp, i64, Vec<u8>)>()
+            .map_err(corrupt)?;
+        if let Some((at, offset, _)) = &stored {
+            if (updated.0, pos.offset as i64) <= (at.0, *offset) {
                 return Ok(());
             }
         }
@@ -399,24 +401,11 @@ impl ScyllaStore {
         })
         .await?;
         if let Event::Market(m) = event {
-            retry("write_catalog", || {
-                self.exec(
-                    "write_catalog",
-                    "upsert_market_slug",
-                    (m.slug.as_str(), m.id.as_str()),
-                )
-            })
-            .await?;
-            for t in &m.tokens {
-                retry("write_catalog", || {
-                    self.exec(
-                        "write_catalog",
-                        "upsert_token",
-                        (t.id.as_str(), m.id.as_str(), t.label.as_str()),
-                    )
-                })
-                .await?;
-            }
+            let previous = match &stored {
+                Some((_, _, body)) => Some(decode_market(body)?),
+                None => None,
+            };
+            self.write_market_lookups(m, previous.as_ref()).await?;
         }
         let now = Timestamp::now().0;
         retry("write_catalog", || {
@@ -434,6 +423,66 @@ impl ScyllaStore {
         })
         .await?;
         Ok(())
+    }
+
+    /// The slug and token lookups of a market's new version; the rows of
+    /// the slug and tokens the previous version had and this one dropped
+    /// are deleted (only this market's: a token another market lists keeps
+    /// that market's row).
+    async fn write_market_lookups(
+        &self,
+        m: &MarketRecord,
+        previous: Option<&MarketRecord>,
+    ) -> Result<()> {
+        let op = "write_catalog";
+        retry(op, || {
+            self.exec(op, "upsert_market_slug", (m.slug.as_str(), m.id.as_str()))
+        })
+        .await?;
+        for t in &m.tokens {
+            retry(op, || {
+                self.exec(
+                    op,
+                    "upsert_token",
+                    (t.id.as_str(), m.id.as_str(), t.label.as_str()),
+                )
+            })
+            .await?;
+        }
+        let Some(previous) = previous else {
+            return Ok(());
+        };
+        if previous.slug != m.slug {
+            retry(op, || {
+                self.exec(
+                    op,
+                    "delete_market_slug",
+                    (previous.slug.as_str(), m.id.as_str()),
+                )
+            })
+            .await?;
+        }
+        for t in &previous.tokens {
+            if !m.tokens.iter().any(|n| n.id == t.id) {
+                retry(op, || {
+                    self.exec(op, "delete_token", (t.id.as_str(), m.id.as_str()))
+                })
+                .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn market_by_id(&self, id: &str) -> Result<Option<MarketRecord>> {
+        let rows = self
+            .exec("read_market", "select_market", (id,))
+            .await?
+            .into_rows_result()
+            .map_err(corrupt)?;
+        match rows.maybe_first_row::<(Vec<u8>,)>().map_err(corrupt)? {
+            Some((body,)) => decode_market(&body).map(Some),
+            None => Ok(None),
+        }
     }
 
     async fn range<R>(
@@ -726,47 +775,57 @@ impl ReadStore for ScyllaStore {
     }
 
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>> {
+        // One row per market listing the token: normally one. While two
+        // markets list it (it moved and the old market's update is still
+        // to come), the latest written wins, as in the embedded store.
         let rows = self
             .exec("read_token", "select_token", (token_id,))
             .await?
             .into_rows_result()
             .map_err(corrupt)?;
-        Ok(rows
-            .maybe_first_row::<(String, String)>()
-            .map_err(corrupt)?
-            .map(|(market_id, label)| TokenRef {
-                token_id: token_id.to_string(),
-                market_id,
-                label,
-            }))
+        let mut best: Option<(i64, String, String)> = None;
+        for r in rows.rows::<(String, String, i64)>().map_err(corrupt)? {
+            let (market_id, label, written) = r.map_err(corrupt)?;
+            if best.as_ref().is_none_or(|(w, _, _)| written > *w) {
+                best = Some((written, market_id, label));
+            }
+        }
+        Ok(best.map(|(_, market_id, label)| TokenRef {
+            token_id: token_id.to_string(),
+            market_id,
+            label,
+        }))
     }
 
     async fn market(&self, id_or_slug: &str) -> Result<Option<MarketRecord>> {
-        let by_id = self
-            .exec("read_market", "select_market", (id_or_slug,))
-            .await?
-            .into_rows_result()
-            .map_err(corrupt)?;
-        if let Some((body,)) = by_id.maybe_first_row::<(Vec<u8>,)>().map_err(corrupt)? {
-            return decode_market(&body).map(Some);
+        if let Some(m) = self.market_by_id(id_or_slug).await? {
+            return Ok(Some(m));
         }
-        let slug = self
+        // By slug: of the markets whose slug row names it, those that still
+        // carry it (a row left by a crash between a market's upsert and the
+        // deletion of its old slug names a market that moved on); the
+        // newest if several.
+        let ids = self
             .exec("read_market", "select_market_slug", (id_or_slug,))
             .await?
             .into_rows_result()
             .map_err(corrupt)?;
-        let Some((id,)) = slug.maybe_first_row::<(String,)>().map_err(corrupt)? else {
-            return Ok(None);
-        };
-        let by_slug = self
-            .exec("read_market", "select_market", (id.as_str(),))
-            .await?
-            .into_rows_result()
-            .map_err(corrupt)?;
-        match by_slug.maybe_first_row::<(Vec<u8>,)>().map_err(corrupt)? {
-            Some((body,)) => decode_market(&body).map(Some),
-            None => Ok(None),
+        let ids: Vec<String> = ids
+            .rows::<(String,)>()
+            .map_err(corrupt)?
+            .map(|r| r.map(|(id,)| id).map_err(corrupt))
+            .collect::<Result<_>>()?;
+        let mut found: Option<MarketRecord> = None;
+        for id in ids {
+            if let Some(m) = self.market_by_id(&id).await? {
+                if m.slug == id_or_slug
+                    && found.as_ref().is_none_or(|f| m.updated_at > f.updated_at)
+                {
+                    found = Some(m);
+                }
+            }
         }
+        Ok(found)
     }
 
     async fn catalog_changes(

@@ -1,40 +1,131 @@
-//! The shared read-store conformance suite against a real ScyllaDB node,
-//! when one is reachable: `HINDSIGHT_SCYLLA_NODES=host:9042 cargo test -p
-//! hindsight-scylla --test conformance -- --nocapture`. Without it the test
-//! says so and does nothing.
+//! The CQL store passes the shared read-store conformance suite on a real
+//! node, one test per check:
+//!
+//! ```text
+//! eval "$(scripts/engines.sh start)"      # Apache Cassandra 5.0 on loopback
+//! cargo test -p hindsight-scylla --test conformance
+//! ```
+//!
+//! Without `HINDSIGHT_SCYLLA_NODES` every check fails and says how to start
+//! a node: a suite that did not run must not count as passed.
+//!
+//! Each run migrates a keyspace of its own (`hsconf_<pid>_<n>`), once per
+//! process for the checks that only touch their own ids, and one per
+//! exclusive check (`reset`). Keyspaces of earlier runs whose process is
+//! gone are dropped first, so a long-lived node does not pile them up.
 
-use hindsight_contracts::conformance::{run_all, Backend};
+use hindsight_contracts::conformance::{Backend, Scope, StorePair};
 use hindsight_scylla::store::parse_consistency;
 use hindsight_scylla::{ScyllaConfig, ScyllaStore};
+use scylla::client::session_builder::SessionBuilder;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::OnceCell;
 
-#[tokio::test]
-async fn scylla_store_conforms() {
-    let Ok(nodes) = std::env::var("HINDSIGHT_SCYLLA_NODES") else {
-        eprintln!(
-            "SKIPPED: ScyllaDB conformance suite not run: HINDSIGHT_SCYLLA_NODES is not set \
-             (no ScyllaDB node is reachable from this machine)"
-        );
-        return;
-    };
-    let config = ScyllaConfig {
+const PREFIX: &str = "hsconf_";
+
+fn config(keyspace: String) -> ScyllaConfig {
+    let nodes = std::env::var("HINDSIGHT_SCYLLA_NODES").unwrap_or_else(|_| {
+        panic!(
+            "HINDSIGHT_SCYLLA_NODES is not set: the CQL conformance suite needs a node. \
+             Start one with `eval \"$(scripts/engines.sh start)\"` (Apache Cassandra 5.0 on \
+             loopback) and run the tests again in that shell"
+        )
+    });
+    ScyllaConfig {
         nodes: nodes.split(',').map(String::from).collect(),
-        keyspace: "hindsight_conformance".into(),
+        keyspace,
         replication: "{'class': 'SimpleStrategy', 'replication_factor': 1}".into(),
         consistency: parse_consistency("LOCAL_QUORUM").unwrap(),
         request_timeout: Duration::from_secs(10),
         write_concurrency: 16,
-    };
-    ScyllaStore::migrate(&config).await.expect("migrate");
-    assert!(
-        ScyllaStore::migrate(&config).await.unwrap().is_empty(),
-        "a second migrate is a no-op"
+    }
+}
+
+/// Creates a fresh keyspace with the schema; a second migrate is a no-op.
+async fn fresh_keyspace() -> String {
+    static N: AtomicU32 = AtomicU32::new(0);
+    let keyspace = format!(
+        "{PREFIX}{}_{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::SeqCst)
     );
-    let a: Arc<dyn Backend> =
-        Arc::new(ScyllaStore::connect(config.clone()).await.expect("connect"));
-    let b: Arc<dyn Backend> = Arc::new(ScyllaStore::connect(config).await.expect("connect"));
-    let run = format!("run{}", std::process::id());
-    let failures = run_all(a, b, &run).await;
-    assert!(failures.is_empty(), "{failures:#?}");
+    let config = config(keyspace.clone());
+    let ran = ScyllaStore::migrate(&config).await.expect("migrate");
+    assert!(
+        !ran.is_empty(),
+        "the first migrate of {keyspace} ran nothing"
+    );
+    let again = ScyllaStore::migrate(&config).await.expect("migrate again");
+    assert!(again.is_empty(), "a second migrate ran {again:?}");
+    keyspace
+}
+
+/// Drops the keyspaces of earlier runs whose process has exited.
+async fn drop_stale_keyspaces() {
+    let config = config("system".into());
+    let session = SessionBuilder::new()
+        .known_nodes(&config.nodes)
+        .build()
+        .await
+        .expect("connect");
+    let rows = session
+        .query_unpaged("SELECT keyspace_name FROM system_schema.keyspaces", ())
+        .await
+        .expect("list keyspaces")
+        .into_rows_result()
+        .expect("rows");
+    let names: Vec<String> = rows
+        .rows::<(String,)>()
+        .expect("keyspace names")
+        .filter_map(|r| r.ok().map(|(name,)| name))
+        .collect();
+    for keyspace in names {
+        let Some(pid) = keyspace
+            .strip_prefix(PREFIX)
+            .and_then(|rest| rest.split('_').next())
+        else {
+            continue;
+        };
+        if !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            session
+                .query_unpaged(format!("DROP KEYSPACE IF EXISTS {keyspace}"), ())
+                .await
+                .expect("drop a stale keyspace");
+        }
+    }
+}
+
+/// The keyspace the shared checks write to, migrated once per process.
+/// Only its name is kept: a session belongs to the runtime that made it,
+/// and every `#[tokio::test]` has a runtime of its own.
+static SHARED: OnceCell<String> = OnceCell::const_new();
+
+async fn store(scope: Scope) -> StorePair {
+    let keyspace = match scope {
+        Scope::Shared => SHARED
+            .get_or_init(|| async {
+                drop_stale_keyspaces().await;
+                fresh_keyspace().await
+            })
+            .await
+            .clone(),
+        Scope::Exclusive => fresh_keyspace().await,
+    };
+    let connect = || async {
+        let store = ScyllaStore::connect(config(keyspace.clone()))
+            .await
+            .expect("connect");
+        Arc::new(store) as Arc<dyn Backend>
+    };
+    StorePair {
+        a: connect().await,
+        b: connect().await,
+        keep: Box::new(()),
+    }
+}
+
+mod cql {
+    hindsight_contracts::store_conformance!(super::store);
 }

@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Bumped when the layout below changes; recorded in `meta`.
-pub const SCHEMA_VERSION: i64 = 1;
+pub const SCHEMA_VERSION: i64 = 2;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -43,23 +43,30 @@ CREATE TABLE IF NOT EXISTS consumed (partition INTEGER PRIMARY KEY, next_offset 
 -- Catalog. `body` is the record in the log's own envelope encoding; the
 -- other columns exist to be filtered and sorted on. A record replaces the
 -- stored one only if its (updated_at, version_offset) is greater.
+-- `change_seq` orders changes for `catalog_changes`: a store-local sequence
+-- (`meta.catalog_seq`), bumped by every stored change. Not the log offset,
+-- which is per partition: with a Kafka log of several partitions a change
+-- at a lower offset of another partition would hide behind a cursor.
 CREATE TABLE IF NOT EXISTS series (
     id TEXT PRIMARY KEY, slug TEXT NOT NULL, title TEXT NOT NULL, tags TEXT NOT NULL,
     start_date INTEGER, end_date INTEGER, created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL, version_offset INTEGER NOT NULL, body BLOB NOT NULL
+    updated_at INTEGER NOT NULL, version_offset INTEGER NOT NULL, body BLOB NOT NULL,
+    change_seq INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS series_slug ON series (slug);
 CREATE TABLE IF NOT EXISTS events (
     id TEXT PRIMARY KEY, slug TEXT NOT NULL, series_id TEXT, title TEXT NOT NULL, tags TEXT NOT NULL,
     start_date INTEGER, end_date INTEGER, created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL, version_offset INTEGER NOT NULL, body BLOB NOT NULL
+    updated_at INTEGER NOT NULL, version_offset INTEGER NOT NULL, body BLOB NOT NULL,
+    change_seq INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS events_slug ON events (slug);
 CREATE INDEX IF NOT EXISTS events_series ON events (series_id);
 CREATE TABLE IF NOT EXISTS markets (
     id TEXT PRIMARY KEY, slug TEXT NOT NULL, event_id TEXT, question TEXT, status TEXT NOT NULL,
     start_date INTEGER, end_date INTEGER, created_at INTEGER NOT NULL,
-    updated_at INTEGER NOT NULL, version_offset INTEGER NOT NULL, body BLOB NOT NULL
+    updated_at INTEGER NOT NULL, version_offset INTEGER NOT NULL, body BLOB NOT NULL,
+    change_seq INTEGER NOT NULL DEFAULT 0
 );
 CREATE INDEX IF NOT EXISTS markets_slug ON markets (slug);
 CREATE INDEX IF NOT EXISTS markets_event ON markets (event_id);
@@ -67,9 +74,6 @@ CREATE TABLE IF NOT EXISTS tokens (
     token_id TEXT PRIMARY KEY, market_id TEXT NOT NULL, label TEXT NOT NULL, ord INTEGER NOT NULL
 );
 CREATE INDEX IF NOT EXISTS tokens_market ON tokens (market_id);
-CREATE INDEX IF NOT EXISTS series_version ON series (version_offset);
-CREATE INDEX IF NOT EXISTS events_version ON events (version_offset);
-CREATE INDEX IF NOT EXISTS markets_version ON markets (version_offset);
 
 -- API keys: only a SHA-256 of the key is stored.
 CREATE TABLE IF NOT EXISTS api_keys (
@@ -99,6 +103,30 @@ CREATE TABLE IF NOT EXISTS rate_windows (
 ) WITHOUT ROWID;
 ";
 
+/// Brings a `store.db` of an older layout to [`SCHEMA_VERSION`]. Version 1
+/// ordered catalog changes by log offset; version 2 adds `change_seq`.
+/// Existing records keep sequence 0: a full read lists them, and every
+/// cursor handed out before was held in memory by a process now restarted.
+fn migrate(conn: &Connection) -> Result<()> {
+    for table in ["series", "events", "markets"] {
+        let has_seq: bool = conn
+            .prepare(&format!(
+                "SELECT 1 FROM pragma_table_info('{table}') WHERE name = 'change_seq'"
+            ))?
+            .exists([])?;
+        if !has_seq {
+            conn.execute_batch(&format!(
+                "ALTER TABLE {table} ADD COLUMN change_seq INTEGER NOT NULL DEFAULT 0;
+                 DROP INDEX IF EXISTS {table}_version;"
+            ))?;
+        }
+        conn.execute_batch(&format!(
+            "CREATE INDEX IF NOT EXISTS {table}_changes ON {table} (change_seq);"
+        ))?;
+    }
+    Ok(())
+}
+
 pub struct SqliteStore {
     writer: Arc<Mutex<Connection>>,
     readers: Arc<Pool>,
@@ -115,6 +143,7 @@ impl SqliteStore {
         let path = dir.join(crate::db::STORE_FILE);
         let conn = open(&path, Durability::Normal)?;
         conn.execute_batch(SCHEMA)?;
+        migrate(&conn)?;
         conn.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
             params![SCHEMA_VERSION.to_string()],
@@ -292,16 +321,17 @@ fn opt_ms(t: Option<Timestamp>) -> Option<i64> {
 }
 
 /// Upserts one catalog record if it is newer than the stored version.
-fn write_catalog(tx: &Transaction, pos: Position, event: &Event) -> Result<()> {
+fn write_catalog(tx: &Transaction, pos: Position, event: &Event, seq: &mut i64) -> Result<()> {
     let body = codec::encode(event);
     let off = pos.offset as i64;
+    let next = *seq + 1;
     match event {
         Event::Series(s) => {
-            tx.prepare_cached(
-                "INSERT INTO series VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10)
+            let changed = tx.prepare_cached(
+                "INSERT INTO series VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
                  ON CONFLICT (id) DO UPDATE SET slug=excluded.slug, title=excluded.title, tags=excluded.tags,
                    start_date=excluded.start_date, end_date=excluded.end_date, created_at=excluded.created_at,
-                   updated_at=excluded.updated_at, version_offset=excluded.version_offset, body=excluded.body
+                   updated_at=excluded.updated_at, version_offset=excluded.version_offset, body=excluded.body, change_seq=excluded.change_seq
                  WHERE (excluded.updated_at, excluded.version_offset) > (series.updated_at, series.version_offset)",
             )?
             .execute(params![
@@ -314,16 +344,20 @@ fn write_catalog(tx: &Transaction, pos: Position, event: &Event) -> Result<()> {
                 s.created_at.millis(),
                 s.updated_at.millis(),
                 off,
-                body
+                body,
+                next
             ])?;
+            if changed > 0 {
+                *seq = next;
+            }
         }
         Event::Event(e) => {
-            tx.prepare_cached(
-                "INSERT INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+            let changed = tx.prepare_cached(
+                "INSERT INTO events VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
                  ON CONFLICT (id) DO UPDATE SET slug=excluded.slug, series_id=excluded.series_id, title=excluded.title,
                    tags=excluded.tags, start_date=excluded.start_date, end_date=excluded.end_date,
                    created_at=excluded.created_at, updated_at=excluded.updated_at,
-                   version_offset=excluded.version_offset, body=excluded.body
+                   version_offset=excluded.version_offset, body=excluded.body, change_seq=excluded.change_seq
                  WHERE (excluded.updated_at, excluded.version_offset) > (events.updated_at, events.version_offset)",
             )?
             .execute(params![
@@ -337,17 +371,21 @@ fn write_catalog(tx: &Transaction, pos: Position, event: &Event) -> Result<()> {
                 e.created_at.millis(),
                 e.updated_at.millis(),
                 off,
-                body
+                body,
+                next
             ])?;
+            if changed > 0 {
+                *seq = next;
+            }
         }
         Event::Market(m) => {
             let changed = tx
                 .prepare_cached(
-                    "INSERT INTO markets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)
+                    "INSERT INTO markets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
                      ON CONFLICT (id) DO UPDATE SET slug=excluded.slug, event_id=excluded.event_id,
                        question=excluded.question, status=excluded.status, start_date=excluded.start_date,
                        end_date=excluded.end_date, created_at=excluded.created_at, updated_at=excluded.updated_at,
-                       version_offset=excluded.version_offset, body=excluded.body
+                       version_offset=excluded.version_offset, body=excluded.body, change_seq=excluded.change_seq
                      WHERE (excluded.updated_at, excluded.version_offset) > (markets.updated_at, markets.version_offset)",
                 )?
                 .execute(params![
@@ -361,9 +399,11 @@ fn write_catalog(tx: &Transaction, pos: Position, event: &Event) -> Result<()> {
                     m.created_at.millis(),
                     m.updated_at.millis(),
                     off,
-                    body
+                    body,
+                    next
                 ])?;
             if changed > 0 {
+                *seq = next;
                 tx.prepare_cached("DELETE FROM tokens WHERE market_id = ?1")?
                     .execute(params![m.id])?;
                 for (ord, t) in m.tokens.iter().enumerate() {
@@ -425,8 +465,24 @@ impl ProjectionStore for SqliteStore {
             for row in &write.rows {
                 write_row(&tx, row)?;
             }
-            for (pos, event) in &write.catalog {
-                write_catalog(&tx, *pos, event)?;
+            if !write.catalog.is_empty() {
+                let start: i64 = tx
+                    .prepare_cached(
+                        "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'catalog_seq'",
+                    )?
+                    .query_row([], |r| r.get(0))
+                    .optional()?
+                    .unwrap_or(0);
+                let mut seq = start;
+                for (pos, event) in &write.catalog {
+                    write_catalog(&tx, *pos, event, &mut seq)?;
+                }
+                if seq != start {
+                    tx.prepare_cached(
+                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('catalog_seq', ?1)",
+                    )?
+                    .execute(params![seq.to_string()])?;
+                }
             }
             for pos in &write.consumed {
                 tx.prepare_cached("INSERT OR REPLACE INTO consumed VALUES (?1, ?2)")?
@@ -557,26 +613,28 @@ impl ReadStore for SqliteStore {
         &self,
         since: Option<&CatalogCursor>,
     ) -> CResult<(Vec<Event>, CatalogCursor)> {
-        // The cursor is the log offset after the newest stored version seen.
+        // The cursor is the change sequence after the newest change seen
+        // (see `change_seq` in the schema). The meta table, and so the
+        // sequence, survives `reset`: cursors held across a rebuild stay valid.
         let since = since.map_or(0, |s| s.backend_value() as i64);
         self.read("catalog_changes", move |conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT version_offset, body FROM series WHERE version_offset >= ?1
-                 UNION ALL SELECT version_offset, body FROM events WHERE version_offset >= ?1
-                 UNION ALL SELECT version_offset, body FROM markets WHERE version_offset >= ?1
+                "SELECT change_seq, body FROM series WHERE change_seq >= ?1
+                 UNION ALL SELECT change_seq, body FROM events WHERE change_seq >= ?1
+                 UNION ALL SELECT change_seq, body FROM markets WHERE change_seq >= ?1
                  ORDER BY 1",
             )?;
             let mut rows = stmt.query(params![since])?;
             let (mut out, mut last) = (Vec::new(), since);
             while let Some(r) = rows.next()? {
-                let offset: i64 = r.get(0)?;
+                let seq: i64 = r.get(0)?;
                 out.push(decode_catalog(
-                    offset,
+                    seq,
                     r.get_ref(1)?
                         .as_blob()
                         .map_err(|e| Error::Corrupt(e.to_string()))?,
                 )?);
-                last = last.max(offset + 1);
+                last = last.max(seq + 1);
             }
             Ok((out, CatalogCursor::from_backend(last as u64)))
         })
@@ -584,8 +642,8 @@ impl ReadStore for SqliteStore {
     }
 }
 
-fn decode_catalog(offset: i64, body: &[u8]) -> Result<Event> {
-    codec::decode(body).map_err(|e| Error::Corrupt(format!("catalog body at offset {offset}: {e}")))
+fn decode_catalog(seq: i64, body: &[u8]) -> Result<Event> {
+    codec::decode(body).map_err(|e| Error::Corrupt(format!("catalog body of change {seq}: {e}")))
 }
 
 /// A stored key whose hash is not 32 bytes is corrupt, not a key.

@@ -1,15 +1,44 @@
-//! The embedded backend passes the shared conformance suite.
+//! The embedded backends pass the shared conformance suites: the read store
+//! (`store.db`, `limits.db`) and the event log (`log.db`), one test per
+//! check.
 
-use hindsight_contracts::conformance::{run_all, Backend};
-use hindsight_sqlite::SqliteStore;
+use hindsight_contracts::conformance::{Backend, LogFixture, Scope, StorePair};
+use hindsight_contracts::{ConsumerSource, EventLog, ProjectionStore};
+use hindsight_sqlite::{EmbeddedSource, SqliteLog, SqliteStore};
 use std::sync::Arc;
 
-#[tokio::test]
-async fn embedded_sqlite_store_conforms() {
-    let dir = tempfile::tempdir().unwrap();
-    // Two handles on one data directory: two processes' worth of clients.
-    let a: Arc<dyn Backend> = Arc::new(SqliteStore::open(dir.path()).unwrap());
-    let b: Arc<dyn Backend> = Arc::new(SqliteStore::open(dir.path()).unwrap());
-    let failures = run_all(a, b, "embedded").await;
-    assert!(failures.is_empty(), "{failures:#?}");
+/// Two handles on one data directory: two processes' worth of clients. A
+/// directory per check, so every scope is exclusive.
+async fn store(_: Scope) -> StorePair {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let a: Arc<dyn Backend> = Arc::new(SqliteStore::open(dir.path()).expect("open store"));
+    let b: Arc<dyn Backend> = Arc::new(SqliteStore::open(dir.path()).expect("open store"));
+    StorePair {
+        a,
+        b,
+        keep: Box::new(dir),
+    }
+}
+
+/// The embedded log resumes from the position the read store holds.
+async fn log(_prefix: &str) -> LogFixture {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let log = Arc::new(SqliteLog::open(dir.path()).expect("open log"));
+    let store: Arc<dyn ProjectionStore> =
+        Arc::new(SqliteStore::open(dir.path()).expect("open store"));
+    let source: Arc<dyn ConsumerSource> = Arc::new(EmbeddedSource {
+        log: log.clone(),
+        store: store.clone(),
+    });
+    LogFixture {
+        log: log as Arc<dyn EventLog>,
+        source,
+        store,
+        keep: Box::new(dir),
+    }
+}
+
+mod sqlite {
+    hindsight_contracts::store_conformance!(super::store);
+    hindsight_contracts::log_conformance!(super::log);
 }

@@ -1,0 +1,1042 @@
+//! Store checks: [`ProjectionStore`], [`ReadStore`] and [`AuthStore`].
+//!
+//! Each check takes two handles on one backend and writes only ids under its
+//! prefix (and log partitions derived from it), so that shared checks can run
+//! at once on one database; it reads through the other handle what it wrote
+//! through one, as an API replica reads what a projector wrote.
+
+use super::{ensure, store_err, Backend, Check, T0};
+use crate::auth::*;
+use crate::store::*;
+use crate::Position;
+use hindsight_schemas::{
+    Event, EventRecord, MarketRecord, Resolution, SeriesRecord, Timestamp, Token,
+};
+
+fn price_row(id: &str, res: Resolution, bucket: i64, sum: f64, count: u64, last: u64) -> Row {
+    Row {
+        key: RowKey {
+            table: Table::Prices,
+            id: id.into(),
+            res,
+            bucket: Timestamp(bucket),
+        },
+        value: RowValue::Price { sum, count },
+        last_offset: last,
+    }
+}
+
+async fn write(store: &dyn Backend, rows: Vec<Row>) -> Check {
+    store
+        .apply(ProjectionWrite {
+            rows,
+            ..Default::default()
+        })
+        .await
+        .map_err(store_err)
+}
+
+/// Bucket rows of every table at every resolution load back exactly, and
+/// read back as averages and snapshots.
+pub async fn bucket_round_trips(a: &dyn Backend, b: &dyn Backend, prefix: &str) -> Check {
+    let mut rows = Vec::new();
+    for (i, res) in Resolution::ALL.into_iter().enumerate() {
+        let bucket = res.bucket_start(Timestamp(T0 + 123_456_789)).0;
+        rows.push(price_row(
+            &format!("{prefix}-tok"),
+            res,
+            bucket,
+            1.5 + i as f64,
+            3,
+            10 + i as u64,
+        ));
+        rows.push(Row {
+            key: RowKey {
+                table: Table::Metrics,
+                id: format!("{prefix}-mkt").into(),
+                res,
+                bucket: Timestamp(bucket),
+            },
+            value: RowValue::Metrics {
+                volume_sum: 30.0,
+                liquidity_sum: 12.0,
+                spread_sum: 0.3,
+                count: 3,
+            },
+            last_offset: 20,
+        });
+        rows.push(Row {
+            key: RowKey {
+                table: Table::Books,
+                id: format!("{prefix}-tok").into(),
+                res,
+                bucket: Timestamp(bucket),
+            },
+            value: RowValue::Book {
+                ts: Timestamp(bucket + 5),
+                offset: 30,
+                bids: "[[0.41,100.0],[0.4,5.0]]".into(),
+                asks: "[[0.43,50.0]]".into(),
+            },
+            last_offset: 31,
+        });
+    }
+    write(a, rows.clone()).await?;
+    let mut loaded = b
+        .load(rows.iter().map(|r| r.key.clone()).collect())
+        .await
+        .map_err(store_err)?;
+    loaded.sort_by(|x, y| x.key.cmp(&y.key));
+    rows.sort_by(|x, y| x.key.cmp(&y.key));
+    ensure(loaded == rows, || {
+        format!("rows loaded back differ:\n{loaded:?}\nvs\n{rows:?}")
+    })?;
+    for (i, res) in Resolution::ALL.into_iter().enumerate() {
+        let bucket = res.bucket_start(Timestamp(T0 + 123_456_789));
+        let range = Range {
+            res,
+            start: bucket,
+            end: Timestamp(bucket.0 + res.width_ms()),
+            limit: 10,
+        };
+        let p = b
+            .prices(&format!("{prefix}-tok"), range)
+            .await
+            .map_err(store_err)?;
+        ensure(
+            p == vec![PricePoint {
+                t: bucket,
+                p: (1.5 + i as f64) / 3.0,
+            }],
+            || format!("{res} prices {p:?}"),
+        )?;
+        let m = b
+            .metrics(&format!("{prefix}-mkt"), range)
+            .await
+            .map_err(store_err)?;
+        ensure(
+            m.len() == 1 && (m[0].volume - 10.0).abs() < 1e-12 && (m[0].spread - 0.1).abs() < 1e-12,
+            || format!("{res} metrics {m:?}"),
+        )?;
+        let k = b
+            .books(&format!("{prefix}-tok"), range)
+            .await
+            .map_err(store_err)?;
+        ensure(
+            k.len() == 1 && k[0].bids == "[[0.41,100.0],[0.4,5.0]]" && k[0].t == bucket,
+            || format!("{res} books {k:?}"),
+        )?;
+    }
+    // Missing rows are absent, not errors.
+    let missing = b.load(vec![RowKey {
+        table: Table::Prices,
+        id: format!("{prefix}-none").into(),
+        res: Resolution::M1,
+        bucket: Timestamp(T0),
+    }]);
+    ensure(missing.await.map_err(store_err)?.is_empty(), || {
+        "a missing row loaded".into()
+    })
+}
+
+/// A projector step can be large (thousands of rows, book snapshots of
+/// kilobytes, many in one partition): `apply` takes it whole, whatever
+/// limits the backend puts on one request, and every row loads back.
+pub async fn large_writes_round_trip(a: &dyn Backend, b: &dyn Backend, prefix: &str) -> Check {
+    let tok = format!("{prefix}-deep-book");
+    let level = "[0.5123,12345.67],".repeat(80);
+    let levels = format!("[{}]", level.trim_end_matches(','));
+    let mut rows: Vec<Row> = (0..400)
+        .map(|i| Row {
+            key: RowKey {
+                table: Table::Books,
+                id: tok.as_str().into(),
+                res: Resolution::M1,
+                bucket: Timestamp(T0 + i * 60_000),
+            },
+            value: RowValue::Book {
+                ts: Timestamp(T0 + i * 60_000 + 1),
+                offset: i as u64,
+                bids: levels.clone(),
+                asks: levels.clone(),
+            },
+            last_offset: i as u64,
+        })
+        .collect();
+    rows.extend((0..2000).map(|i| {
+        price_row(
+            &format!("{prefix}-tok{}", i % 40),
+            Resolution::M1,
+            T0 + (i / 40) * 60_000,
+            0.25,
+            1,
+            i as u64,
+        )
+    }));
+    write(a, rows.clone()).await?;
+    rows.sort_by(|x, y| x.key.cmp(&y.key));
+    let keys: Vec<RowKey> = rows.iter().map(|r| r.key.clone()).collect();
+    let got = load_sorted(b, &keys).await?;
+    ensure(got.len() == rows.len(), || {
+        format!("{} of {} rows load back", got.len(), rows.len())
+    })?;
+    ensure(got == rows, || "rows load back changed".into())
+}
+
+/// `start <= t < end` holds at time-partition edges, in order, across
+/// partitions; `limit` stops early; paging resumes after the last bucket.
+pub async fn ranges_ordering_and_paging(a: &dyn Backend, b: &dyn Backend, prefix: &str) -> Check {
+    let id = format!("{prefix}-range");
+    let res = Resolution::M1;
+    let w = res.width_ms();
+    // 90 buckets every 3 hours: they span many days and so several
+    // partitions of any sensible time-partitioning of 1m rows.
+    let buckets: Vec<i64> = (0..90).map(|i| T0 + i * 3 * 3_600_000).collect();
+    // Written newest first: late rows must still read back in order.
+    let rows: Vec<Row> = buckets
+        .iter()
+        .rev()
+        .map(|&t| price_row(&id, res, t, 0.5, 1, 1))
+        .collect();
+    write(a, rows).await?;
+    let all = b.prices(
+        &id,
+        Range {
+            res,
+            start: Timestamp(T0),
+            end: Timestamp(T0 + 400 * 86_400_000),
+            limit: 1000,
+        },
+    );
+    let all: Vec<i64> = all
+        .await
+        .map_err(store_err)?
+        .into_iter()
+        .map(|p| p.t.0)
+        .collect();
+    ensure(all == buckets, || format!("chronological order: {all:?}"))?;
+    for &edge in &buckets[1..] {
+        let exact = b
+            .prices(
+                &id,
+                Range {
+                    res,
+                    start: Timestamp(edge),
+                    end: Timestamp(edge + w),
+                    limit: 10,
+                },
+            )
+            .await
+            .map_err(store_err)?;
+        ensure(exact.len() == 1 && exact[0].t.0 == edge, || {
+            format!("[{edge}, +w) gave {exact:?}")
+        })?;
+        let before = b
+            .prices(
+                &id,
+                Range {
+                    res,
+                    start: Timestamp(edge - w),
+                    end: Timestamp(edge),
+                    limit: 10,
+                },
+            )
+            .await
+            .map_err(store_err)?;
+        ensure(before.is_empty(), || {
+            format!("end is exclusive at {edge}: {before:?}")
+        })?;
+    }
+    let mut pages = Vec::new();
+    let mut from = T0;
+    loop {
+        let page = b
+            .prices(
+                &id,
+                Range {
+                    res,
+                    start: Timestamp(from),
+                    end: Timestamp(T0 + 400 * 86_400_000),
+                    limit: 7,
+                },
+            )
+            .await
+            .map_err(store_err)?;
+        if page.is_empty() {
+            break;
+        }
+        ensure(page.len() <= 7, || "limit honoured".into())?;
+        from = page.last().unwrap().t.0 + 1;
+        pages.extend(page.into_iter().map(|p| p.t.0));
+    }
+    ensure(pages == buckets, || {
+        "paging with resume visits every bucket once".into()
+    })
+}
+
+/// A log partition of the check's own, so that checks sharing a store never
+/// see each other's positions. Below 2^31: the CQL store keeps it as `int`.
+fn own_partition(prefix: &str, n: u32) -> u32 {
+    let h = prefix.bytes().fold(0x811c_9dc5_u32, |h, b| {
+        (h ^ u32::from(b)).wrapping_mul(0x0100_0193)
+    });
+    1_000 + (h % 1_000_000) * 8 + n
+}
+
+fn pos(partition: u32, offset: u64) -> Position {
+    Position { partition, offset }
+}
+
+async fn load_sorted(store: &dyn Backend, keys: &[RowKey]) -> Result<Vec<Row>, String> {
+    let mut rows = store.load(keys.to_vec()).await.map_err(store_err)?;
+    rows.sort_by(|x, y| x.key.cmp(&y.key));
+    Ok(rows)
+}
+
+/// `apply` writes whole rows as given and `load` returns what was last
+/// applied: no merging with the stored row, no keeping the greater offset
+/// (replay decisions are the projector's, from `last_offset`).
+pub async fn rows_are_whole_and_last_applied_wins(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let tok = format!("{prefix}-tok");
+    let mkt = format!("{prefix}-mkt");
+    let metrics = |v: f64, count: u64, last: u64| Row {
+        key: RowKey {
+            table: Table::Metrics,
+            id: mkt.as_str().into(),
+            res: Resolution::M5,
+            bucket: Timestamp(T0),
+        },
+        value: RowValue::Metrics {
+            volume_sum: v,
+            liquidity_sum: v * 2.0,
+            spread_sum: v / 100.0,
+            count,
+        },
+        last_offset: last,
+    };
+    let book = |ts: i64, offset: u64, bids: &str| Row {
+        key: RowKey {
+            table: Table::Books,
+            id: tok.as_str().into(),
+            res: Resolution::M5,
+            bucket: Timestamp(T0),
+        },
+        value: RowValue::Book {
+            ts: Timestamp(ts),
+            offset,
+            bids: bids.into(),
+            asks: "[]".into(),
+        },
+        last_offset: offset,
+    };
+    let other = price_row(&tok, Resolution::M5, T0 + 300_000, 0.5, 1, 3);
+    let first = vec![
+        price_row(&tok, Resolution::M5, T0, 1.0, 2, 5),
+        metrics(10.0, 1, 6),
+        book(T0 + 10, 7, "[[0.5,1.0]]"),
+        other.clone(),
+    ];
+    write(a, first).await?;
+    // The second write replaces three of the rows, one of them with a lower
+    // last offset than the stored one, and leaves the fourth alone.
+    let second = vec![
+        price_row(&tok, Resolution::M5, T0, 3.25, 5, 9),
+        metrics(4.0, 2, 2),
+        book(T0 + 5, 8, "[[0.25,2.0]]"),
+    ];
+    write(a, second.clone()).await?;
+    let mut want = second;
+    want.push(other);
+    want.sort_by(|x, y| x.key.cmp(&y.key));
+    let keys: Vec<RowKey> = want.iter().map(|r| r.key.clone()).collect();
+    let got = load_sorted(b, &keys).await?;
+    ensure(got == want, || {
+        format!("load after two writes returns\n{got:?}\nnot the last applied rows\n{want:?}")
+    })?;
+    // Re-applying the same write is a no-op.
+    write(a, want.clone()).await?;
+    let again = load_sorted(b, &keys).await?;
+    ensure(again == want, || {
+        format!("re-applied write changed rows: {again:?}")
+    })
+}
+
+/// `committed` reports, per partition, the position after the last one
+/// consumed; each partition moves on its own; a repeated write is a no-op.
+pub async fn committed_positions_per_partition(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let (p1, p2) = (own_partition(prefix, 0), own_partition(prefix, 1));
+    let ours = |all: Vec<Position>| -> Vec<Position> {
+        all.into_iter()
+            .filter(|p| p.partition == p1 || p.partition == p2)
+            .collect()
+    };
+    let consume = |consumed: Vec<Position>| ProjectionWrite {
+        consumed,
+        ..Default::default()
+    };
+    a.apply(consume(vec![pos(p1, 5), pos(p2, 7)]))
+        .await
+        .map_err(store_err)?;
+    let got = ours(b.committed().await.map_err(store_err)?);
+    ensure(got == vec![pos(p1, 6), pos(p2, 8)], || {
+        format!("after consuming {p1}@5 and {p2}@7, committed is {got:?}")
+    })?;
+    for _ in 0..2 {
+        a.apply(consume(vec![pos(p1, 9)]))
+            .await
+            .map_err(store_err)?;
+        let got = ours(b.committed().await.map_err(store_err)?);
+        ensure(got == vec![pos(p1, 10), pos(p2, 8)], || {
+            format!("after consuming {p1}@9 (twice), committed is {got:?}")
+        })?;
+    }
+    Ok(())
+}
+
+/// When `apply` fails, `committed` does not move past rows that may not be
+/// durable. The write fails on a catalog entry that is no catalog record,
+/// which every backend refuses; rows of the failed write may or may not be
+/// there, the position must not be.
+pub async fn positions_never_advance_past_unwritten_rows(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let p = own_partition(prefix, 0);
+    let tok = format!("{prefix}-tok");
+    let first = price_row(&tok, Resolution::H1, T0, 1.0, 1, 10);
+    a.apply(ProjectionWrite {
+        rows: vec![first.clone()],
+        catalog: vec![],
+        consumed: vec![pos(p, 10)],
+    })
+    .await
+    .map_err(store_err)?;
+    let loaded = b.load(vec![first.key.clone()]).await.map_err(store_err)?;
+    ensure(loaded == vec![first.clone()], || {
+        format!("a row of a successful apply is not loadable: {loaded:?}")
+    })?;
+    let not_catalog = Event::Price(hindsight_schemas::PriceTick {
+        market_id: format!("{prefix}-mkt"),
+        token_id: tok.clone(),
+        ts: Timestamp(T0),
+        p: 0.5,
+    });
+    let failed = a
+        .apply(ProjectionWrite {
+            rows: vec![price_row(&tok, Resolution::H1, T0 + 3_600_000, 2.0, 1, 20)],
+            catalog: vec![(pos(p, 19), not_catalog)],
+            consumed: vec![pos(p, 20)],
+        })
+        .await;
+    ensure(failed.is_err(), || {
+        "a price tick given as a catalog record was accepted".into()
+    })?;
+    let committed: Vec<Position> = b
+        .committed()
+        .await
+        .map_err(store_err)?
+        .into_iter()
+        .filter(|q| q.partition == p)
+        .collect();
+    ensure(committed == vec![pos(p, 11)], || {
+        format!("after a failed apply consuming {p}@20, committed is {committed:?} (want {p}@11)")
+    })
+}
+
+fn series(id: &str, title: &str, updated: i64) -> SeriesRecord {
+    SeriesRecord {
+        id: id.into(),
+        slug: format!("{id}-slug"),
+        title: title.into(),
+        tags: vec!["conformance".into()],
+        status: Some("active".into()),
+        start_date: None,
+        end_date: None,
+        created_at: Timestamp(T0),
+        updated_at: Timestamp(updated),
+    }
+}
+
+fn event(id: &str, series_id: Option<&str>, title: &str, updated: i64) -> EventRecord {
+    EventRecord {
+        id: id.into(),
+        slug: format!("{id}-slug"),
+        series_id: series_id.map(String::from),
+        title: title.into(),
+        tags: vec![],
+        status: None,
+        start_date: Some(Timestamp(T0)),
+        end_date: None,
+        created_at: Timestamp(T0),
+        updated_at: Timestamp(updated),
+    }
+}
+
+fn market(
+    id: &str,
+    slug: &str,
+    question: &str,
+    updated: i64,
+    tokens: &[(&str, &str)],
+) -> MarketRecord {
+    MarketRecord {
+        id: id.into(),
+        slug: slug.into(),
+        event_id: None,
+        question: Some(question.into()),
+        description: None,
+        status: "open".into(),
+        start_date: None,
+        end_date: None,
+        closed_at: None,
+        resolved_token_id: None,
+        resolved_token_label: None,
+        tokens: tokens
+            .iter()
+            .map(|(id, label)| Token {
+                id: (*id).into(),
+                label: (*label).into(),
+            })
+            .collect(),
+        created_at: Timestamp(T0),
+        updated_at: Timestamp(updated),
+    }
+}
+
+fn yes_no(id: &str) -> [(String, &'static str); 2] {
+    [(format!("{id}-y"), "Yes"), (format!("{id}-n"), "No")]
+}
+
+fn simple_market(id: &str, question: &str, updated: i64) -> MarketRecord {
+    let t = yes_no(id);
+    market(
+        id,
+        &format!("{id}-slug"),
+        question,
+        updated,
+        &[(&t[0].0, t[0].1), (&t[1].0, t[1].1)],
+    )
+}
+
+async fn put(store: &dyn Backend, catalog: Vec<(Position, Event)>) -> Check {
+    store
+        .apply(ProjectionWrite {
+            catalog,
+            ..Default::default()
+        })
+        .await
+        .map_err(store_err)
+}
+
+fn catalog_id(e: &Event) -> Option<&str> {
+    match e {
+        Event::Series(s) => Some(&s.id),
+        Event::Event(e) => Some(&e.id),
+        Event::Market(m) => Some(&m.id),
+        _ => None,
+    }
+}
+
+/// The records of `changes` whose id starts with `prefix`, in answer order.
+fn ours<'a>(changes: &'a [Event], prefix: &str) -> Vec<&'a Event> {
+    changes
+        .iter()
+        .filter(|e| catalog_id(e).is_some_and(|id| id.starts_with(prefix)))
+        .collect()
+}
+
+/// Versions of one record in arrival order as `(offset, updated_at, label)`,
+/// and the label of the one that must win.
+type Case = (&'static [(u64, i64, &'static str)], &'static str);
+
+/// Of several versions of a record, the greatest `(updated_at, position)`
+/// is kept whatever order they arrive in, in separate writes or in one; a
+/// losing version never shows in a lookup nor in the change feed.
+pub async fn catalog_newest_version_wins_whatever_arrival_order(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    // (versions in arrival order as (offset, updated_at, label), winner label)
+    // per case; every write holds one version, except the last case's.
+    let cases: [Case; 4] = [
+        (&[(10, T0 + 1000, "new"), (20, T0, "old")], "new"),
+        (&[(5, T0, "old"), (6, T0 + 1000, "new")], "new"),
+        (&[(31, T0, "later"), (30, T0, "earlier")], "later"),
+        (&[(30, T0, "earlier"), (31, T0, "later")], "later"),
+    ];
+    let mut winners: Vec<Event> = Vec::new();
+    // Versions that arrive after the winner: never stored. (A version
+    // stored until the winner came may show again in a feed re-reading a
+    // margin of its history; it must never be a record's last version.)
+    let mut never_stored: Vec<(Position, Event)> = Vec::new();
+    let mut superseded: Vec<(Position, Event)> = Vec::new();
+    for kind in ["series", "event", "market"] {
+        let make = |id: &str, updated: i64, label: &str| match kind {
+            "series" => Event::Series(series(id, label, updated)),
+            "event" => Event::Event(event(id, None, label, updated)),
+            _ => Event::Market(simple_market(id, label, updated)),
+        };
+        for (i, (versions, winner)) in cases.iter().enumerate() {
+            let id = format!("{prefix}-{kind}{i}");
+            let mut won = false;
+            for &(offset, updated, label) in *versions {
+                let e = make(&id, updated, label);
+                put(a, vec![(pos(0, offset), e.clone())]).await?;
+                if label == *winner {
+                    winners.push(e);
+                    won = true;
+                } else if won {
+                    never_stored.push((pos(0, offset), e));
+                } else {
+                    superseded.push((pos(0, offset), e));
+                }
+            }
+        }
+        // One write, in log order, where the earlier version is the newer.
+        let id = format!("{prefix}-{kind}-onewrite");
+        let (newer, older) = (make(&id, T0 + 5000, "newer"), make(&id, T0, "older"));
+        put(
+            a,
+            vec![(pos(0, 40), newer.clone()), (pos(0, 41), older.clone())],
+        )
+        .await?;
+        winners.push(newer);
+        never_stored.push((pos(0, 41), older));
+    }
+    for w in &winners {
+        if let Event::Market(m) = w {
+            let got = b.market(&m.id).await.map_err(store_err)?;
+            ensure(got.as_ref() == Some(m), || {
+                format!("market {} is {got:?}, not the newest version {m:?}", m.id)
+            })?;
+        }
+    }
+    let feed_holds_winners = |answer: &[&Event], what: &str| -> Check {
+        for w in &winners {
+            let id = catalog_id(w).unwrap();
+            let last = answer.iter().rev().find(|e| catalog_id(e) == Some(id));
+            ensure(last.is_none_or(|l| l == &w), || {
+                format!("{what}: the last version of {id} is {last:?}, not the newest {w:?}")
+            })?;
+        }
+        for (_, l) in &never_stored {
+            ensure(!answer.contains(&l), || {
+                format!("{what}: lists a version that lost on arrival {l:?}")
+            })?;
+        }
+        Ok(())
+    };
+    let (all, cursor) = b.catalog_changes(None).await.map_err(store_err)?;
+    let all = ours(&all, prefix);
+    for w in &winners {
+        ensure(all.contains(&w), || {
+            format!("the full change feed lacks the newest version {w:?}")
+        })?;
+    }
+    feed_holds_winners(&all, "the full change feed")?;
+    // Losing versions arriving again change nothing and are not news.
+    for (p, l) in never_stored.iter().chain(&superseded) {
+        put(a, vec![(*p, l.clone())]).await?;
+    }
+    let (since, _) = a.catalog_changes(Some(&cursor)).await.map_err(store_err)?;
+    feed_holds_winners(
+        &ours(&since, prefix),
+        "the changes after losers arrived again",
+    )
+}
+
+/// A market upsert replaces the market's token list: a token no longer
+/// listed stops resolving, a new one resolves, a label change shows; a
+/// token another market took over keeps resolving to that market.
+pub async fn catalog_token_list_is_replaced(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let m = format!("{prefix}-m");
+    let other = format!("{prefix}-other");
+    let (y, n, x) = (format!("{m}-y"), format!("{m}-n"), format!("{m}-x"));
+    let slug = format!("{m}-slug");
+    let v1 = market(&m, &slug, "q", T0, &[(&y, "Yes"), (&n, "No")]);
+    let v2 = market(&m, &slug, "q", T0 + 1, &[(&y, "Yes!"), (&x, "Maybe")]);
+    put(a, vec![(pos(0, 1), Event::Market(v1))]).await?;
+    put(a, vec![(pos(0, 2), Event::Market(v2))]).await?;
+    let token = |id: &str, market: &str, label: &str| {
+        Some(TokenRef {
+            token_id: id.into(),
+            market_id: market.into(),
+            label: label.into(),
+        })
+    };
+    let got = b.token(&n).await.map_err(store_err)?;
+    ensure(got.is_none(), || {
+        format!("token {n}, removed from the list, resolves: {got:?}")
+    })?;
+    let got = b.token(&x).await.map_err(store_err)?;
+    ensure(got == token(&x, &m, "Maybe"), || {
+        format!("added token {x}: {got:?}")
+    })?;
+    let got = b.token(&y).await.map_err(store_err)?;
+    ensure(got == token(&y, &m, "Yes!"), || {
+        format!("relabelled token {y}: {got:?}")
+    })?;
+    // Another market takes `x` over; then `m` drops it: `x` stays the other's.
+    let o = market(&other, &format!("{other}-slug"), "q", T0, &[(&x, "Taken")]);
+    put(a, vec![(pos(1, 1), Event::Market(o))]).await?;
+    let v3 = market(&m, &slug, "q", T0 + 2, &[(&y, "Yes!")]);
+    put(a, vec![(pos(0, 3), Event::Market(v3))]).await?;
+    let got = b.token(&x).await.map_err(store_err)?;
+    ensure(got == token(&x, &other, "Taken"), || {
+        format!("token {x}, taken over by {other} and then dropped by {m}: {got:?}")
+    })?;
+    let got = b.token(&y).await.map_err(store_err)?;
+    ensure(got == token(&y, &m, "Yes!"), || {
+        format!("kept token {y}: {got:?}")
+    })
+}
+
+/// A market's new slug resolves and its old one no longer does (until
+/// another market takes it); an older version arriving late moves nothing.
+pub async fn catalog_slug_change_moves_the_lookup(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let (m, m2) = (format!("{prefix}-m"), format!("{prefix}-m2"));
+    let (old, new) = (format!("{prefix}-old-slug"), format!("{prefix}-new-slug"));
+    let t = yes_no(&m);
+    let tokens = [(t[0].0.as_str(), t[0].1), (t[1].0.as_str(), t[1].1)];
+    let v1 = market(&m, &old, "q", T0, &tokens);
+    let v2 = market(&m, &new, "q", T0 + 1, &tokens);
+    put(a, vec![(pos(0, 1), Event::Market(v1.clone()))]).await?;
+    put(a, vec![(pos(0, 2), Event::Market(v2.clone()))]).await?;
+    let got = b.market(&old).await.map_err(store_err)?;
+    ensure(got.is_none(), || {
+        format!("the old slug {old} still resolves: {got:?}")
+    })?;
+    let got = b.market(&new).await.map_err(store_err)?;
+    ensure(got.as_ref() == Some(&v2), || {
+        format!("the new slug {new}: {got:?}")
+    })?;
+    let got = b.market(&m).await.map_err(store_err)?;
+    ensure(got.as_ref() == Some(&v2), || {
+        format!("market {m} by id: {got:?}")
+    })?;
+    // Another market takes the old slug; then m's first version arrives again.
+    let t2 = yes_no(&m2);
+    let other = market(
+        &m2,
+        &old,
+        "q",
+        T0,
+        &[(&t2[0].0, t2[0].1), (&t2[1].0, t2[1].1)],
+    );
+    put(a, vec![(pos(1, 1), Event::Market(other.clone()))]).await?;
+    put(a, vec![(pos(0, 1), Event::Market(v1))]).await?;
+    let got = b.market(&old).await.map_err(store_err)?;
+    ensure(got.as_ref() == Some(&other), || {
+        format!("the slug {old}, taken by {m2}, resolves to {got:?}")
+    })?;
+    let got = b.market(&new).await.map_err(store_err)?;
+    ensure(got.as_ref() == Some(&v2), || {
+        format!("after an old version arrived late, {new} resolves to {got:?}")
+    })?;
+    let absent = format!("{prefix}-absent");
+    let got = b.market(&absent).await.map_err(store_err)?;
+    ensure(got.is_none(), || format!("an unknown id resolves: {got:?}"))
+}
+
+/// Series and events are stored and listed by the change feed with their
+/// whole record; they are not markets.
+pub async fn catalog_series_and_events_are_stored_and_listed(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let s = series(&format!("{prefix}-s"), "A series", T0);
+    let e = event(&format!("{prefix}-e"), Some(&s.id), "An event", T0);
+    let mut m = simple_market(&format!("{prefix}-m"), "A market", T0);
+    m.event_id = Some(e.id.clone());
+    let written = [
+        Event::Series(s.clone()),
+        Event::Event(e.clone()),
+        Event::Market(m.clone()),
+    ];
+    put(
+        a,
+        written
+            .iter()
+            .enumerate()
+            .map(|(i, r)| (pos(0, i as u64), r.clone()))
+            .collect(),
+    )
+    .await?;
+    let (all, _) = b.catalog_changes(None).await.map_err(store_err)?;
+    let mut got: Vec<Event> = ours(&all, prefix).into_iter().cloned().collect();
+    got.dedup();
+    ensure(
+        got.len() == 3 && written.iter().all(|w| got.contains(w)),
+        || format!("the change feed lists {got:?}, not the series, event and market written"),
+    )?;
+    for id in [&s.id, &e.id, &s.slug, &e.slug] {
+        let got = b.market(id).await.map_err(store_err)?;
+        ensure(got.is_none(), || {
+            format!("{id} (a series or event) resolves as a market: {got:?}")
+        })?;
+    }
+    Ok(())
+}
+
+/// `catalog_changes(Some(cursor))` lists every record stored after the
+/// cursor was returned, series, events and markets, new or changed, from any
+/// log partition (whose offsets are unrelated), and the cursor works on any
+/// handle.
+pub async fn catalog_changes_after_a_cursor(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let (s, e, m) = (
+        format!("{prefix}-s"),
+        format!("{prefix}-e"),
+        format!("{prefix}-m"),
+    );
+    put(
+        a,
+        vec![
+            (pos(0, 1000), Event::Series(series(&s, "v1", T0))),
+            (pos(0, 1001), Event::Event(event(&e, Some(&s), "v1", T0))),
+            (pos(0, 1002), Event::Market(simple_market(&m, "v1", T0))),
+        ],
+    )
+    .await?;
+    let (_, cursor) = b.catalog_changes(None).await.map_err(store_err)?;
+    // Changes after the cursor: newer versions at later offsets, and new
+    // records from other partitions at far lower offsets.
+    let changed = vec![
+        (pos(0, 1003), Event::Series(series(&s, "v2", T0 + 1))),
+        (
+            pos(0, 1004),
+            Event::Event(event(&e, Some(&s), "v2", T0 + 1)),
+        ),
+        (pos(0, 1005), Event::Market(simple_market(&m, "v2", T0 + 1))),
+        (
+            pos(1, 3),
+            Event::Market(simple_market(&format!("{m}-new"), "v1", T0)),
+        ),
+        (
+            pos(2, 0),
+            Event::Series(series(&format!("{s}-new"), "v1", T0)),
+        ),
+    ];
+    put(a, changed.clone()).await?;
+    let (since, next) = a.catalog_changes(Some(&cursor)).await.map_err(store_err)?;
+    let since = ours(&since, prefix);
+    for (_, c) in &changed {
+        ensure(since.contains(&c), || {
+            format!("a record stored after the cursor is missing from the changes: {c:?}\nchanges: {since:?}")
+        })?;
+    }
+    // And from the next cursor on, only what changes next.
+    let later = (
+        pos(1, 4),
+        Event::Market(simple_market(&format!("{m}-new"), "v2", T0 + 1)),
+    );
+    put(a, vec![later.clone()]).await?;
+    let (since, _) = b.catalog_changes(Some(&next)).await.map_err(store_err)?;
+    let since = ours(&since, prefix);
+    ensure(since.contains(&&later.1), || {
+        format!(
+            "a record changed after the second cursor is missing: {:?}\nchanges: {since:?}",
+            later.1
+        )
+    })
+}
+
+/// `reset` drops every bucket row, catalog record (with its slug and token
+/// lookups) and consumed position; keys survive, and a change-feed cursor
+/// taken before still sees what is written after.
+pub async fn reset_drops_rows_catalog_and_positions(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let p = own_partition(prefix, 0);
+    let tok = format!("{prefix}-m-y");
+    let row = price_row(&tok, Resolution::M1, T0, 0.5, 1, 3);
+    let m = simple_market(&format!("{prefix}-m"), "q", T0);
+    let s = series(&format!("{prefix}-s"), "s", T0);
+    let e = event(&format!("{prefix}-e"), None, "e", T0);
+    a.apply(ProjectionWrite {
+        rows: vec![row.clone()],
+        catalog: vec![
+            (pos(p, 1), Event::Series(s)),
+            (pos(p, 2), Event::Event(e)),
+            (pos(p, 3), Event::Market(m.clone())),
+        ],
+        consumed: vec![pos(p, 3)],
+    })
+    .await
+    .map_err(store_err)?;
+    let key = key_record(prefix, [7; 32]);
+    a.put_key(key.clone()).await.map_err(store_err)?;
+    let (_, cursor) = b.catalog_changes(None).await.map_err(store_err)?;
+    a.reset().await.map_err(store_err)?;
+
+    let rows = b.load(vec![row.key.clone()]).await.map_err(store_err)?;
+    ensure(rows.is_empty(), || format!("rows survive reset: {rows:?}"))?;
+    let range = Range {
+        res: Resolution::M1,
+        start: Timestamp(T0),
+        end: Timestamp(T0 + 60_000),
+        limit: 10,
+    };
+    let points = b.prices(&tok, range).await.map_err(store_err)?;
+    ensure(points.is_empty(), || {
+        format!("prices survive reset: {points:?}")
+    })?;
+    let committed = b.committed().await.map_err(store_err)?;
+    ensure(committed.is_empty(), || {
+        format!("positions survive reset: {committed:?}")
+    })?;
+    for lookup in [&m.id, &m.slug] {
+        let got = b.market(lookup).await.map_err(store_err)?;
+        ensure(got.is_none(), || {
+            format!("market {lookup} survives reset: {got:?}")
+        })?;
+    }
+    let got = b.token(&tok).await.map_err(store_err)?;
+    ensure(got.is_none(), || {
+        format!("token {tok} survives reset: {got:?}")
+    })?;
+    let (all, _) = b.catalog_changes(None).await.map_err(store_err)?;
+    ensure(all.is_empty(), || {
+        format!("catalog records survive reset: {all:?}")
+    })?;
+    let got = b.key_by_hash(key.hash).await.map_err(store_err)?;
+    ensure(got == Some(key), || {
+        format!("reset dropped an API key: {got:?}")
+    })?;
+    // A rebuild writes the catalog again while API replicas keep their cursor.
+    let again = simple_market(&format!("{prefix}-m"), "q", T0);
+    put(a, vec![(pos(p, 3), Event::Market(again.clone()))]).await?;
+    let (since, _) = b.catalog_changes(Some(&cursor)).await.map_err(store_err)?;
+    ensure(since.contains(&Event::Market(again)), || {
+        format!("a record written after reset is missing from changes since an earlier cursor: {since:?}")
+    })
+}
+
+fn key_record(prefix: &str, seed: [u8; 32]) -> ApiKeyRecord {
+    let mut hash = seed;
+    for (i, byte) in prefix.bytes().enumerate() {
+        hash[i % 32] ^= byte.wrapping_mul(31).wrapping_add(i as u8);
+    }
+    ApiKeyRecord {
+        key_id: format!("key_{prefix}"),
+        hash,
+        organization: "conformance".into(),
+        plan: "pro".into(),
+        created_at: Timestamp(T0),
+        revoked_at: None,
+    }
+}
+
+/// Keys are found by their hash only, listed once each, and a revocation
+/// or plan change (same key id and hash) replaces the stored key for every
+/// handle.
+pub async fn keys_found_by_hash_and_revocation_sticks(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let record = key_record(prefix, [0x5a; 32]);
+    a.put_key(record.clone()).await.map_err(store_err)?;
+    let got = b.key_by_hash(record.hash).await.map_err(store_err)?;
+    ensure(got.as_ref() == Some(&record), || {
+        format!("key by hash: {got:?}")
+    })?;
+    let mut other = record.hash;
+    other[0] ^= 1;
+    let got = b.key_by_hash(other).await.map_err(store_err)?;
+    ensure(got.is_none(), || format!("another hash finds {got:?}"))?;
+    let revoked = ApiKeyRecord {
+        revoked_at: Some(Timestamp(T0 + 1)),
+        plan: "free".into(),
+        ..record.clone()
+    };
+    a.put_key(revoked.clone()).await.map_err(store_err)?;
+    let got = b.key_by_hash(record.hash).await.map_err(store_err)?;
+    ensure(got.as_ref() == Some(&revoked), || {
+        format!("after revocation and a plan change, the key reads {got:?}")
+    })?;
+    let listed: Vec<ApiKeyRecord> = b
+        .list_keys()
+        .await
+        .map_err(store_err)?
+        .into_iter()
+        .filter(|k| k.key_id == record.key_id)
+        .collect();
+    ensure(listed == vec![revoked], || {
+        format!("list_keys holds {listed:?}")
+    })
+}
+
+/// One window's count is shared by every handle, counts every hit of
+/// concurrent clients, and starts over in the next window.
+pub async fn rate_windows_shared_between_handles(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let key = format!("key_rate_{prefix}");
+    let window = Timestamp(T0);
+    let mut counts = Vec::new();
+    for i in 0..6 {
+        let client = if i % 2 == 0 { a } else { b };
+        counts.push(client.hit_window(&key, window).await.map_err(store_err)?);
+    }
+    ensure(counts == (1..=6).collect::<Vec<u64>>(), || {
+        format!("alternating hits counted {counts:?}")
+    })?;
+    // Two clients hitting at once: each sees its own hits counted, and no
+    // hit is lost.
+    let (ca, cb) = tokio::join!(burst(a, &key, window), burst(b, &key, window));
+    for seen in [ca?, cb?] {
+        ensure(seen.windows(2).all(|w| w[0] < w[1]), || {
+            format!("a client's successive hits counted {seen:?}")
+        })?;
+        ensure(seen.iter().all(|c| (7..=26).contains(c)), || {
+            format!("counts outside 6 + (1..=20): {seen:?}")
+        })?;
+    }
+    let last = a.hit_window(&key, window).await.map_err(store_err)?;
+    ensure(last == 27, || {
+        format!("after 26 hits the 27th counted {last}")
+    })?;
+    let next = b
+        .hit_window(&key, Timestamp(T0 + 60_000))
+        .await
+        .map_err(store_err)?;
+    ensure(next == 1, || {
+        format!("the next window starts at {next}, not 1")
+    })
+}
+
+/// Ten hits of one client in a row: the counts it saw.
+async fn burst(client: &dyn Backend, key: &str, window: Timestamp) -> Result<Vec<u64>, String> {
+    let mut seen = Vec::new();
+    for _ in 0..10 {
+        seen.push(client.hit_window(key, window).await.map_err(store_err)?);
+    }
+    Ok(seen)
+}

@@ -1,0 +1,128 @@
+//! Failure-injecting wrappers around a log and a store (feature `faults`),
+//! for deterministic crash tests: the same failure at the same step on
+//! every run, where a SIGKILL lands wherever the scheduler puts it.
+//!
+//! Each wrapper counts the calls it forwards and fails exactly one of them,
+//! as the real backend can: an append that does not happen, an apply that
+//! writes nothing, or an apply cut between its rows and its positions (the
+//! CQL store writes rows, then catalog, then positions; a crash can fall
+//! between them). A test then drops the wrapped service, as a crash would,
+//! and restarts a fresh one on the inner backend.
+
+use crate::{
+    AppendBatch, AppendOutcome, Error, EventLog, Position, ProjectionStore, ProjectionWrite,
+    Result, Row, RowKey,
+};
+use async_trait::async_trait;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+fn injected(what: String) -> Error {
+    Error::unavailable("faults", what)
+}
+
+/// An [`EventLog`] whose `n`th append (1-based) fails without appending.
+pub struct FaultyLog<L> {
+    inner: L,
+    fail_at: u64,
+    calls: AtomicU64,
+}
+
+impl<L: EventLog> FaultyLog<L> {
+    pub fn fail_append(inner: L, n: u64) -> Self {
+        FaultyLog {
+            inner,
+            fail_at: n,
+            calls: AtomicU64::new(0),
+        }
+    }
+
+    /// Appends forwarded or failed so far.
+    pub fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl<L: EventLog> EventLog for FaultyLog<L> {
+    async fn append(&self, batch: AppendBatch) -> Result<AppendOutcome> {
+        let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
+        if call == self.fail_at {
+            return Err(injected(format!("append {call} failed (injected)")));
+        }
+        self.inner.append(batch).await
+    }
+
+    async fn ready(&self) -> Result<()> {
+        self.inner.ready().await
+    }
+}
+
+/// Which `apply` fails, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreFault {
+    /// The `n`th apply (1-based) writes nothing and fails.
+    FailApply(u64),
+    /// The `n`th apply writes its rows and catalog records, then fails
+    /// before its consumed positions: a crash between rows and positions.
+    CrashBeforePositions(u64),
+}
+
+/// A [`ProjectionStore`] that fails one `apply` as `fault` says; every
+/// other call goes to the inner store.
+pub struct FaultyStore<S> {
+    inner: S,
+    fault: StoreFault,
+    applies: AtomicU64,
+}
+
+impl<S: ProjectionStore> FaultyStore<S> {
+    pub fn new(inner: S, fault: StoreFault) -> Self {
+        FaultyStore {
+            inner,
+            fault,
+            applies: AtomicU64::new(0),
+        }
+    }
+
+    /// Applies forwarded or failed so far.
+    pub fn applies(&self) -> u64 {
+        self.applies.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl<S: ProjectionStore> ProjectionStore for FaultyStore<S> {
+    async fn committed(&self) -> Result<Vec<Position>> {
+        self.inner.committed().await
+    }
+
+    async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
+        self.inner.load(keys).await
+    }
+
+    async fn apply(&self, write: ProjectionWrite) -> Result<()> {
+        let call = self.applies.fetch_add(1, Ordering::SeqCst) + 1;
+        match self.fault {
+            StoreFault::FailApply(n) if n == call => {
+                Err(injected(format!("apply {call} failed (injected)")))
+            }
+            StoreFault::CrashBeforePositions(n) if n == call => {
+                self.inner
+                    .apply(ProjectionWrite {
+                        rows: write.rows,
+                        catalog: write.catalog,
+                        consumed: Vec::new(),
+                    })
+                    .await?;
+                Err(injected(format!(
+                    "apply {call} stopped between rows and positions (injected)"
+                )))
+            }
+            _ => self.inner.apply(write).await,
+        }
+    }
+
+    async fn reset(&self) -> Result<()> {
+        self.inner.reset().await
+    }
+}

@@ -1,0 +1,199 @@
+//! The conformance suite can fail: an adapter around the embedded store
+//! that breaks one clause at a time fails the check for that clause, while
+//! the same adapter breaking nothing passes it.
+
+use async_trait::async_trait;
+use hindsight_contracts::conformance::{store, Check};
+use hindsight_contracts::*;
+use hindsight_schemas::{Event, MarketRecord, Timestamp};
+use hindsight_sqlite::SqliteStore;
+use std::sync::atomic::{AtomicI64, Ordering};
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Break {
+    Nothing,
+    /// A market upsert adds to the stored token list instead of replacing it.
+    AddsTokens,
+    /// `catalog_changes(Some(cursor))` answers nothing.
+    EmptyChangesSince,
+    /// The last version to arrive wins, older or not.
+    LastArrivalWins,
+    /// Positions are written before the rows and catalog.
+    PositionsFirst,
+}
+
+struct Broken {
+    inner: SqliteStore,
+    how: Break,
+    arrivals: AtomicI64,
+}
+
+#[async_trait]
+impl ProjectionStore for Broken {
+    async fn committed(&self) -> Result<Vec<Position>> {
+        self.inner.committed().await
+    }
+
+    async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
+        self.inner.load(keys).await
+    }
+
+    async fn apply(&self, mut write: ProjectionWrite) -> Result<()> {
+        match self.how {
+            Break::AddsTokens => {
+                for (_, event) in &mut write.catalog {
+                    if let Event::Market(m) = event {
+                        if let Some(stored) = self.inner.market(&m.id).await? {
+                            merge_tokens(m, stored);
+                        }
+                    }
+                }
+            }
+            Break::LastArrivalWins => {
+                for (_, event) in &mut write.catalog {
+                    let n = self.arrivals.fetch_add(1, Ordering::SeqCst);
+                    let stamp = Timestamp(4_000_000_000_000 + n);
+                    match event {
+                        Event::Series(s) => s.updated_at = stamp,
+                        Event::Event(e) => e.updated_at = stamp,
+                        Event::Market(m) => m.updated_at = stamp,
+                        _ => {}
+                    }
+                }
+            }
+            Break::PositionsFirst => {
+                let consumed = std::mem::take(&mut write.consumed);
+                self.inner
+                    .apply(ProjectionWrite {
+                        consumed,
+                        ..Default::default()
+                    })
+                    .await?;
+            }
+            Break::Nothing | Break::EmptyChangesSince => {}
+        }
+        self.inner.apply(write).await
+    }
+
+    async fn reset(&self) -> Result<()> {
+        self.inner.reset().await
+    }
+}
+
+fn merge_tokens(m: &mut MarketRecord, stored: MarketRecord) {
+    for t in stored.tokens {
+        if !m.tokens.iter().any(|n| n.id == t.id) {
+            m.tokens.push(t);
+        }
+    }
+}
+
+#[async_trait]
+impl ReadStore for Broken {
+    async fn prices(&self, token_id: &str, range: Range) -> Result<Vec<PricePoint>> {
+        self.inner.prices(token_id, range).await
+    }
+    async fn metrics(&self, market_id: &str, range: Range) -> Result<Vec<MetricsPoint>> {
+        self.inner.metrics(market_id, range).await
+    }
+    async fn books(&self, token_id: &str, range: Range) -> Result<Vec<BookPoint>> {
+        self.inner.books(token_id, range).await
+    }
+    async fn token(&self, token_id: &str) -> Result<Option<TokenRef>> {
+        self.inner.token(token_id).await
+    }
+    async fn market(&self, id_or_slug: &str) -> Result<Option<MarketRecord>> {
+        self.inner.market(id_or_slug).await
+    }
+    async fn catalog_changes(
+        &self,
+        since: Option<&CatalogCursor>,
+    ) -> Result<(Vec<Event>, CatalogCursor)> {
+        let (changes, cursor) = self.inner.catalog_changes(since).await?;
+        if self.how == Break::EmptyChangesSince && since.is_some() {
+            return Ok((Vec::new(), cursor));
+        }
+        Ok((changes, cursor))
+    }
+}
+
+#[async_trait]
+impl AuthStore for Broken {
+    async fn put_key(&self, key: ApiKeyRecord) -> Result<()> {
+        self.inner.put_key(key).await
+    }
+    async fn key_by_hash(&self, hash: [u8; 32]) -> Result<Option<ApiKeyRecord>> {
+        self.inner.key_by_hash(hash).await
+    }
+    async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>> {
+        self.inner.list_keys().await
+    }
+    async fn hit_window(&self, key_id: &str, window: Timestamp) -> Result<u64> {
+        self.inner.hit_window(key_id, window).await
+    }
+}
+
+/// Runs `check` on two handles of a fresh store broken as `how` says.
+async fn run<F, Fut>(how: Break, check: F) -> Check
+where
+    F: FnOnce(&'static Broken, &'static Broken, String) -> Fut,
+    Fut: std::future::Future<Output = Check>,
+{
+    let dir = tempfile::tempdir().unwrap();
+    let handle = || -> &'static Broken {
+        Box::leak(Box::new(Broken {
+            inner: SqliteStore::open(dir.path()).unwrap(),
+            how,
+            arrivals: AtomicI64::new(0),
+        }))
+    };
+    let (a, b) = (handle(), handle());
+    check(a, b, format!("broken-{how:?}")).await
+}
+
+macro_rules! breaking {
+    ($name:ident, $how:expr, $check:path) => {
+        #[tokio::test]
+        async fn $name() {
+            let ok = run(
+                Break::Nothing,
+                |a, b, p| async move { $check(a, b, &p).await },
+            )
+            .await;
+            assert_eq!(
+                ok,
+                Ok(()),
+                "the unbroken adapter fails {}",
+                stringify!($check)
+            );
+            let broken = run($how, |a, b, p| async move { $check(a, b, &p).await }).await;
+            assert!(
+                broken.is_err(),
+                "{} passes on an adapter where {:?}",
+                stringify!($check),
+                $how
+            );
+        }
+    };
+}
+
+breaking!(
+    adding_tokens_fails_the_token_list_check,
+    Break::AddsTokens,
+    store::catalog_token_list_is_replaced
+);
+breaking!(
+    an_empty_change_feed_fails_the_cursor_check,
+    Break::EmptyChangesSince,
+    store::catalog_changes_after_a_cursor
+);
+breaking!(
+    letting_the_last_arrival_win_fails_the_version_check,
+    Break::LastArrivalWins,
+    store::catalog_newest_version_wins_whatever_arrival_order
+);
+breaking!(
+    positions_before_rows_fail_the_positions_check,
+    Break::PositionsFirst,
+    store::positions_never_advance_past_unwritten_rows
+);
