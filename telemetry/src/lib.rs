@@ -12,7 +12,8 @@ use std::sync::OnceLock;
 // ---- ingest -----------------------------------------------------------------
 /// Events appended to the log, by `kind`.
 pub const INGEST_EVENTS_ACCEPTED: &str = "hindsight_ingest_events_accepted_total";
-/// Lines refused by validation, by `reason` (a short class, not the full text).
+/// Lines refused by validation, by `reason`: the reject's kind
+/// (`hindsight_schemas::wire::RejectKind::label`), never the full text.
 pub const INGEST_EVENTS_REJECTED: &str = "hindsight_ingest_events_rejected_total";
 /// Lines per HTTP batch.
 pub const INGEST_BATCH_LINES: &str = "hindsight_ingest_batch_lines";
