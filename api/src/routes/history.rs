@@ -70,8 +70,7 @@ fn book_points(points: Vec<read::BookPoint>) -> Result<Vec<BookPoint>, ApiError>
         .map(|b| {
             let raw = |s: String| {
                 RawValue::from_string(s).map_err(|e| {
-                    tracing::error!(error = %e, "stored book levels are not JSON");
-                    ApiError::Internal
+                    ApiError::invariant(format!("stored book levels are not JSON: {e}"))
                 })
             };
             Ok(BookPoint {
