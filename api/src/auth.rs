@@ -7,10 +7,10 @@
 
 use crate::error::ApiError;
 use crate::plans::Plan;
+use crate::rate::{rate_headers, RateState};
 use crate::{keys, ApiState};
 use axum::extract::{FromRequestParts, Request, State};
 use axum::http::request::Parts;
-use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use hindsight_contracts::ApiKeyRecord;
@@ -29,32 +29,14 @@ pub struct Caller {
     pub rate: RateState,
 }
 
-/// Where the caller stands in its rate window (after this request).
-#[derive(Debug, Clone, Copy)]
-pub struct RateState {
-    /// `None` on unlimited plans.
-    pub limit: Option<u32>,
-    pub used: u64,
-    /// Unix seconds when the window resets.
-    pub reset_at: i64,
-}
-
-impl RateState {
-    pub fn remaining(&self) -> Option<u64> {
-        self.limit.map(|l| (l as u64).saturating_sub(self.used))
-    }
-}
-
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, ApiError> {
         // Put there by `authenticate`, which guards every /v1 route.
-        parts
-            .extensions
-            .get::<Caller>()
-            .cloned()
-            .ok_or(ApiError::Internal)
+        parts.extensions.get::<Caller>().cloned().ok_or_else(|| {
+            ApiError::invariant("no authenticated caller: the route is not behind `authenticate`")
+        })
     }
 }
 
@@ -75,8 +57,10 @@ async fn identify(state: &ApiState, parts: &Parts) -> Result<(ApiKeyRecord, Plan
         return Err(invalid());
     }
     let Some(plan) = state.plans.get(&key.plan).cloned() else {
-        tracing::error!(key_id = %key.key_id, plan = %key.plan, "key has an unknown plan");
-        return Err(ApiError::Internal);
+        return Err(ApiError::invariant(format!(
+            "key {} has an unknown plan `{}`",
+            key.key_id, key.plan
+        )));
     };
     Ok((key, plan))
 }
@@ -127,14 +111,4 @@ pub async fn authenticate(State(state): State<ApiState>, request: Request, next:
     let mut response = next.run(Request::from_parts(parts, body)).await;
     rate_headers(&mut response, &rate);
     response
-}
-
-/// `X-RateLimit-Limit`, `-Remaining` and `-Reset` (Unix seconds), on limited plans.
-pub fn rate_headers(response: &mut Response, rate: &RateState) {
-    if let (Some(limit), Some(remaining)) = (rate.limit, rate.remaining()) {
-        let h = response.headers_mut();
-        h.insert("x-ratelimit-limit", HeaderValue::from(limit));
-        h.insert("x-ratelimit-remaining", HeaderValue::from(remaining));
-        h.insert("x-ratelimit-reset", HeaderValue::from(rate.reset_at));
-    }
 }

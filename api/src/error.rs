@@ -1,13 +1,23 @@
 //! Every way a `/v1` request is refused, and how it looks on the wire
 //! (SPEC.md §7): a JSON body with a `detail` string, or for validation
 //! errors (422) a list of `{loc, msg, type}` in FastAPI's style.
+//!
+//! A 500 keeps its cause ([`Internal`]) instead of logging where it is
+//! built: `into_response` puts the cause in the response's extensions and
+//! [`report_internal_errors`], one layer around the whole router, logs and
+//! counts it once — however deep the `?` that produced it, and whether a
+//! handler or the auth middleware failed.
 
-use crate::auth::{rate_headers, RateState};
+use crate::rate::{rate_headers, RateState};
+use axum::extract::{MatchedPath, Request};
 use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use hindsight_schemas::api::{ErrorResponse, ValidationErrorResponse, ValidationIssue};
 use hindsight_telemetry as tm;
+use std::fmt;
+use std::sync::Arc;
 
 pub const MISSING_KEY: &str = "API key required. Include the X-API-Key header with your API key.";
 pub const INVALID_KEY: &str = "Invalid or expired API key.";
@@ -34,8 +44,38 @@ pub enum ApiError {
     Validation(Vec<ValidationIssue>),
     /// 429, with seconds until the window resets.
     RateLimited { retry_after: u64, rate: RateState },
-    /// 500: details are logged, never sent.
-    Internal,
+    /// 500: the cause is logged (by [`report_internal_errors`]), never sent.
+    Internal(Internal),
+}
+
+/// Why a request failed on our side. Cloneable (response extensions need
+/// it) and cheap: the cause is shared, not copied.
+#[derive(Debug, Clone)]
+pub enum Internal {
+    /// A store the API reads (buckets, catalog, keys, rate windows) failed.
+    Store(Arc<hindsight_contracts::Error>),
+    /// Something the API relies on did not hold (a key whose plan is not
+    /// configured, stored book levels that are not JSON).
+    Invariant(Arc<str>),
+}
+
+impl Internal {
+    /// The `cause` label of the internal-errors metric.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Internal::Store(_) => "store",
+            Internal::Invariant(_) => "invariant",
+        }
+    }
+}
+
+impl fmt::Display for Internal {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Internal::Store(e) => write!(f, "read store failed: {e}"),
+            Internal::Invariant(what) => f.write_str(what),
+        }
+    }
 }
 
 impl ApiError {
@@ -47,12 +87,17 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
-            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
     pub fn invalid_cursor() -> Self {
         ApiError::BadRequest(INVALID_CURSOR.into())
+    }
+
+    /// A 500 for a broken assumption, described for the log.
+    pub fn invariant(what: impl Into<Arc<str>>) -> Self {
+        ApiError::Internal(Internal::Invariant(what.into()))
     }
 }
 
@@ -65,10 +110,10 @@ pub fn issue(location: &str, name: &str, msg: impl Into<String>, kind: &str) -> 
     }
 }
 
+/// Pure: `?` on a store call keeps the cause; nothing is logged here.
 impl From<hindsight_contracts::Error> for ApiError {
     fn from(e: hindsight_contracts::Error) -> Self {
-        tracing::error!(error = %e, "read store failed");
-        ApiError::Internal
+        ApiError::Internal(Internal::Store(Arc::new(e)))
     }
 }
 
@@ -99,8 +144,37 @@ impl IntoResponse for ApiError {
                 rate_headers(&mut r, &rate);
                 return r;
             }
-            ApiError::Internal => INTERNAL.to_string(),
+            ApiError::Internal(cause) => {
+                let mut r = (
+                    status,
+                    Json(ErrorResponse {
+                        detail: INTERNAL.into(),
+                    }),
+                )
+                    .into_response();
+                r.extensions_mut().insert(cause);
+                return r;
+            }
         };
         (status, Json(ErrorResponse { detail })).into_response()
     }
+}
+
+/// Logs and counts the cause of every 500 once, by route. The client sees
+/// only `{"detail": "failed to fetch data"}`; the cause is taken out of the
+/// response here so it travels no further.
+pub async fn report_internal_errors(request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_string(), |p| p.as_str().to_string());
+    let request_id = request.headers().get("x-request-id").cloned();
+    let mut response = next.run(request).await;
+    if let Some(cause) = response.extensions_mut().remove::<Internal>() {
+        let request_id = request_id.as_ref().and_then(|v| v.to_str().ok());
+        tracing::error!(%route, request_id, error = %cause, "request failed");
+        metrics::counter!(tm::API_INTERNAL_ERRORS, "route" => route, "cause" => cause.label())
+            .increment(1);
+    }
+    response
 }

@@ -1,13 +1,16 @@
 //! The `/v1` API, served from precomputed buckets and the projected catalog.
 //!
 //! - [`error`]: the one error type; every refusal's status and text.
-//! - [`auth`]: `X-API-Key` → the caller's key and plan, and rate limits.
+//! - [`rate`]: the caller's rate window and its headers.
 //! - [`plans`]: what each plan allows.
+//! - [`auth`]: `X-API-Key` → the caller's key and plan, and rate limits.
 //! - [`query`]: query parameters, validated in extractors.
 //! - [`catalog`]: the in-memory catalog behind the discovery lists.
 //! - [`routes`]: the handlers, which read as the happy path.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
 //! - [`keys`]: creating API keys (only hashes are stored).
+//!
+//! Modules depend one way: `rate` ← `error` ← `plans` ← `auth` ← `routes`.
 
 pub mod auth;
 pub mod catalog;
@@ -17,6 +20,7 @@ pub mod keys;
 pub mod openapi;
 pub mod plans;
 pub mod query;
+pub mod rate;
 pub mod routes;
 
 use axum::extract::{MatchedPath, Request};
@@ -72,12 +76,14 @@ pub fn router(state: ApiState) -> Router {
             get(|| async { axum::Json(openapi::document()) }),
         )
         .fallback(|| async { error::ApiError::NotFound("Not Found".into()).into_response() })
+        .layer(middleware::from_fn(error::report_internal_errors))
         .layer(middleware::from_fn(observe))
 }
 
-/// Gives every response an `x-request-id` (the caller's, or a new one) and
-/// records requests and latency by matched route and status.
-async fn observe(request: Request, next: Next) -> Response {
+/// Gives every request and its response an `x-request-id` (the caller's, or
+/// a new one; inner layers log it) and records requests and latency by
+/// matched route and status.
+async fn observe(mut request: Request, next: Next) -> Response {
     let started = Instant::now();
     let route = request
         .extensions()
@@ -91,6 +97,9 @@ async fn observe(request: Request, next: Next) -> Response {
         .unwrap_or_else(|| {
             HeaderValue::from_str(&keys::random_hex(8)).expect("hex is a valid header")
         });
+    request
+        .headers_mut()
+        .insert("x-request-id", request_id.clone());
     let mut response = next.run(request).await;
     response.headers_mut().insert("x-request-id", request_id);
     let status = response.status().as_u16().to_string();

@@ -1,10 +1,11 @@
-//! Query parameters, validated in extractors so handlers receive only
-//! well-formed values.
+//! Query parameters: one type per route shape that both parses the query
+//! string and documents itself for OpenAPI (`IntoParams`), so handlers
+//! receive only well-formed values and the document cannot drift from
+//! what is parsed.
 //!
 //! Schema failures (missing, wrong type, out of bounds, bad enum) are 422 in
-//! FastAPI's shape; bad timestamps, date ranges, history limits above 200 and
-//! cursors are 400 (SPEC.md §7). The `*Params` structs declare the same
-//! parameters for the OpenAPI document.
+//! FastAPI's shape, every failed parameter listed; bad timestamps, date
+//! ranges, history limits above 200 and cursors are 400 (SPEC.md §7).
 
 use crate::catalog::{SortField, SortOrder};
 use crate::cursor::{self, ListCursor};
@@ -14,7 +15,8 @@ use axum::http::request::Parts;
 use hindsight_contracts::Range;
 use hindsight_schemas::api::ValidationIssue;
 use hindsight_schemas::{Resolution, Timestamp, MAX_ID_LEN};
-use utoipa::{IntoParams, ToSchema};
+use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+use utoipa::IntoParams;
 
 pub const HISTORY_LIMIT_DEFAULT: usize = 100;
 pub const HISTORY_LIMIT_MAX: usize = 200;
@@ -23,14 +25,14 @@ pub const LIST_LIMIT_MAX: usize = 1000;
 pub const SEARCH_MAX: usize = 200;
 
 /// The raw pairs of a query string.
-struct Pairs(Vec<(String, String)>);
+pub struct QueryPairs(Vec<(String, String)>);
 
-impl Pairs {
+impl QueryPairs {
     async fn from_parts<S: Send + Sync>(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let Query(pairs) = Query::<Vec<(String, String)>>::from_request_parts(parts, state)
             .await
             .map_err(|e| ApiError::BadRequest(format!("Malformed query string: {e}")))?;
-        Ok(Pairs(pairs))
+        Ok(QueryPairs(pairs))
     }
 
     /// The last value of a single-valued parameter.
@@ -40,6 +42,11 @@ impl Pairs {
             .rev()
             .find(|(k, _)| k == name)
             .map(|(_, v)| v.as_str())
+    }
+
+    /// The last value, unless empty (`?cursor=` is no cursor).
+    fn non_empty(&self, name: &str) -> Option<&str> {
+        self.get(name).filter(|v| !v.is_empty())
     }
 
     /// Every value of a repeatable parameter, comma-separated values split.
@@ -53,6 +60,67 @@ impl Pairs {
             .map(String::from)
             .collect()
     }
+}
+
+/// A closed set of words a parameter takes. One list serves parsing, the
+/// 422 message and the OpenAPI enum ([`enum_schema`]).
+pub trait QueryEnum: Copy + 'static {
+    const ALL: &'static [Self];
+    fn as_str(self) -> &'static str;
+
+    fn parse(text: &str) -> Option<Self> {
+        Self::ALL.iter().copied().find(|v| v.as_str() == text)
+    }
+}
+
+impl QueryEnum for Resolution {
+    const ALL: &'static [Self] = &Resolution::ALL;
+    fn as_str(self) -> &'static str {
+        Resolution::as_str(self)
+    }
+}
+
+impl QueryEnum for SortField {
+    const ALL: &'static [Self] = &SortField::ALL;
+    fn as_str(self) -> &'static str {
+        SortField::as_str(self)
+    }
+}
+
+impl QueryEnum for SortOrder {
+    const ALL: &'static [Self] = &[SortOrder::Asc, SortOrder::Desc];
+    fn as_str(self) -> &'static str {
+        match self {
+            SortOrder::Asc => "asc",
+            SortOrder::Desc => "desc",
+        }
+    }
+}
+
+/// Whether a list keeps items with any (OR) or all (AND) requested tags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TagsMatch {
+    Any,
+    All,
+}
+
+impl QueryEnum for TagsMatch {
+    const ALL: &'static [Self] = &[TagsMatch::Any, TagsMatch::All];
+    fn as_str(self) -> &'static str {
+        match self {
+            TagsMatch::Any => "any",
+            TagsMatch::All => "all",
+        }
+    }
+}
+
+/// The OpenAPI schema of an optional enum parameter (`schema_with`; such a
+/// parameter carries no description of its own).
+pub fn enum_schema<T: QueryEnum>() -> Schema {
+    ObjectBuilder::new()
+        .schema_type(Type::String)
+        .enum_values(Some(T::ALL.iter().map(|v| v.as_str())))
+        .into()
 }
 
 /// An integer in `min..=max`; the 422 issues pydantic would give.
@@ -106,21 +174,22 @@ fn or_list(names: &[&str]) -> String {
     }
 }
 
-fn enum_value<T>(
-    raw: Option<&str>,
+/// An enum parameter: `default` when absent, a 422 issue when not one of
+/// the words.
+fn enum_param<T: QueryEnum>(
+    q: &QueryPairs,
     name: &str,
     default: T,
-    allowed: &[&str],
-    parse: impl Fn(&str) -> Option<T>,
     errors: &mut Vec<ValidationIssue>,
 ) -> T {
-    match raw {
+    match q.get(name) {
         None => default,
-        Some(v) => parse(v).unwrap_or_else(|| {
+        Some(v) => T::parse(v).unwrap_or_else(|| {
+            let words: Vec<&str> = T::ALL.iter().map(|w| w.as_str()).collect();
             errors.push(issue(
                 "query",
                 name,
-                format!("Input should be {}", or_list(allowed)),
+                format!("Input should be {}", or_list(&words)),
                 "enum",
             ));
             default
@@ -128,65 +197,47 @@ fn enum_value<T>(
     }
 }
 
+/// A timestamp parameter that is well-formed for the schema but must parse
+/// (400 otherwise, SPEC.md §7).
+fn timestamp(text: &str, name: &str) -> Result<Timestamp, ApiError> {
+    Timestamp::parse(text).map_err(|e| ApiError::BadRequest(format!("Invalid {name}: {e}.")))
+}
+
 // ---- history -------------------------------------------------------------------
 
-/// Aggregation bucket size.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub enum ResolutionParam {
-    #[schema(rename = "1m")]
-    M1,
-    #[schema(rename = "5m")]
-    M5,
-    #[schema(rename = "10m")]
-    M10,
-    #[schema(rename = "15m")]
-    M15,
-    #[schema(rename = "1h")]
-    H1,
-    #[schema(rename = "6h")]
-    H6,
-    #[schema(rename = "1d")]
-    D1,
-}
-
-/// Query parameters of every history route (SPEC.md §4.5).
-#[derive(IntoParams)]
+/// The query of every history route (SPEC.md §4.5).
+#[derive(Debug, Clone, IntoParams)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)]
-pub struct HistoryParams {
-    /// Inclusive range start: ISO 8601 timestamp or Unix seconds.
-    start_ts: String,
-    /// Exclusive range end: ISO 8601 timestamp or Unix seconds.
-    end_ts: String,
-    #[param(inline)]
-    resolution: ResolutionParam,
-    /// Max points per page (market-level routes: across all tokens).
-    #[param(minimum = 1, maximum = 200, default = 100)]
-    limit: Option<i64>,
-    /// Opaque, from a previous `metadata.next_cursor`.
-    cursor: Option<String>,
-}
-
-#[derive(Debug, Clone)]
 pub struct HistoryQuery {
-    /// Inclusive start as requested (plan checks apply to it).
+    /// Inclusive range start: ISO 8601 timestamp or Unix seconds.
+    #[param(rename = "start_ts", value_type = String)]
     pub start: Timestamp,
-    /// Exclusive end.
+    /// Exclusive range end: ISO 8601 timestamp or Unix seconds.
+    #[param(rename = "end_ts", value_type = String)]
     pub end: Timestamp,
+    #[param(inline)]
     pub resolution: Resolution,
+    /// Max points per page (market-level routes: across all tokens).
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 200, default = 100)]
     pub limit: usize,
-    /// Where this page starts: `start`, or the cursor's position.
-    pub from: Timestamp,
+    /// Opaque, from a previous `metadata.next_cursor`.
+    // Decoded: where the previous page stopped, within `start..=end`.
+    #[param(value_type = Option<String>)]
+    pub cursor: Option<Timestamp>,
 }
 
 impl HistoryQuery {
+    /// Where this page starts: the cursor's position, or `start`.
+    pub fn from(&self) -> Timestamp {
+        self.cursor.unwrap_or(self.start)
+    }
+
     /// The store range for a page of `per_series` points from one series,
     /// one more than asked so the handler can tell whether more follow.
     pub fn range(&self, per_series: usize) -> Range {
         Range {
             res: self.resolution,
-            start: self.from,
+            start: self.from(),
             end: self.end,
             limit: per_series + 1,
         }
@@ -197,24 +248,14 @@ impl<S: Send + Sync> FromRequestParts<S> for HistoryQuery {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let q = Pairs::from_parts(parts, state).await?;
+        let q = QueryPairs::from_parts(parts, state).await?;
         let mut errors = Vec::new();
         for name in ["start_ts", "end_ts", "resolution"] {
             if q.get(name).is_none() {
                 errors.push(issue("query", name, "Field required", "missing"));
             }
         }
-        let names: Vec<&str> = Resolution::ALL.iter().map(|r| r.as_str()).collect();
-        let resolution = q.get("resolution").map(|r| {
-            enum_value(
-                Some(r),
-                "resolution",
-                Resolution::M1,
-                &names,
-                Resolution::parse,
-                &mut errors,
-            )
-        });
+        let resolution = enum_param(&q, "resolution", Resolution::M1, &mut errors);
         let limit = match q.get("limit").map(|l| l.trim().parse::<i64>()) {
             // Above 200 is a 400 that states both numbers (SPEC.md §7).
             Some(Ok(n)) if n > HISTORY_LIMIT_MAX as i64 => {
@@ -236,101 +277,96 @@ impl<S: Send + Sync> FromRequestParts<S> for HistoryQuery {
         if !errors.is_empty() {
             return Err(ApiError::Validation(errors));
         }
-        let ts = |name: &str| {
-            Timestamp::parse(q.get(name).unwrap_or_default())
-                .map_err(|e| ApiError::BadRequest(format!("Invalid {name}: {e}.")))
-        };
+        let ts = |name: &str| timestamp(q.get(name).unwrap_or_default(), name);
         let (start, end) = (ts("start_ts")?, ts("end_ts")?);
         if start > end {
             return Err(ApiError::BadRequest("start_ts must be <= end_ts".into()));
         }
-        let from = match q.get("cursor").filter(|c| !c.is_empty()) {
-            None => start,
+        let cursor = match q.non_empty("cursor") {
+            None => None,
             Some(c) => match cursor::decode_history(c) {
-                Some(t) if t >= start && t <= end => t,
+                Some(t) if t >= start && t <= end => Some(t),
                 _ => return Err(ApiError::invalid_cursor()),
             },
         };
         Ok(HistoryQuery {
             start,
             end,
-            resolution: resolution.expect("checked above"),
+            resolution,
             limit,
-            from,
+            cursor,
         })
     }
 }
 
 // ---- discovery lists ----------------------------------------------------------
 
-#[derive(ToSchema)]
-#[allow(dead_code, non_camel_case_types)]
-pub enum TagsMatchParam {
-    any,
-    all,
+/// The parameters a discovery list adds to those every list shares
+/// ([`ListQuery`]): parsed with them, so one 422 lists every failure.
+pub trait ListFilter: Sized + Send {
+    fn parse(q: &QueryPairs, errors: &mut Vec<ValidationIssue>) -> Self;
 }
 
-#[derive(ToSchema)]
-#[allow(dead_code, non_camel_case_types)]
-pub enum SortParam {
-    created_at,
-    updated_at,
-    start_date,
-    end_date,
+/// `/v1/series` has no filter of its own.
+#[derive(Debug, Clone, Default)]
+pub struct NoFilter;
+
+impl ListFilter for NoFilter {
+    fn parse(_: &QueryPairs, _: &mut Vec<ValidationIssue>) -> Self {
+        NoFilter
+    }
 }
 
-#[derive(ToSchema)]
-#[allow(dead_code, non_camel_case_types)]
-pub enum OrderParam {
-    asc,
-    desc,
-}
-
-/// Query parameters of `/v1/series`, `/v1/events` and `/v1/markets`.
-#[derive(IntoParams)]
+/// Filters of `/v1/events`.
+#[derive(Debug, Clone, Default, IntoParams)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)]
-pub struct ListParams {
-    /// Case-insensitive text match (markets: question or slug; series and
-    /// events: title or slug).
+pub struct EventFilter {
     #[param(max_length = 200)]
-    search: Option<String>,
-    #[param(minimum = 1, maximum = 1000, default = 100)]
-    limit: Option<i64>,
-    /// Opaque, from a previous `metadata.next_cursor`.
-    cursor: Option<String>,
-    /// Keep items with `start_date` >= value (ISO 8601 date or date-time).
-    start_date_min: Option<String>,
-    start_date_max: Option<String>,
-    end_date_min: Option<String>,
-    end_date_max: Option<String>,
-    /// Event tags (series: own tags); repeated or comma-separated.
-    #[param(style = Form, explode)]
-    tags: Option<Vec<String>>,
-    #[param(inline)]
-    tags_match: Option<TagsMatchParam>,
-    #[param(inline)]
-    sort: Option<SortParam>,
-    #[param(inline)]
-    order: Option<OrderParam>,
+    pub series_id: Option<String>,
+    #[param(max_length = 200)]
+    pub series_slug: Option<String>,
 }
 
-/// Extra filters of `/v1/events`.
-#[derive(IntoParams)]
-#[into_params(parameter_in = Query)]
-#[allow(dead_code)]
-pub struct EventFilterParams {
-    series_id: Option<String>,
-    series_slug: Option<String>,
+impl ListFilter for EventFilter {
+    fn parse(q: &QueryPairs, errors: &mut Vec<ValidationIssue>) -> Self {
+        EventFilter {
+            series_id: id_param(q, "series_id", errors),
+            series_slug: id_param(q, "series_slug", errors),
+        }
+    }
 }
 
-/// Extra filters of `/v1/markets`.
-#[derive(IntoParams)]
+/// Filters of `/v1/markets`.
+#[derive(Debug, Clone, Default, IntoParams)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)]
-pub struct MarketFilterParams {
-    event_id: Option<String>,
-    event_slug: Option<String>,
+pub struct MarketFilter {
+    #[param(max_length = 200)]
+    pub event_id: Option<String>,
+    #[param(max_length = 200)]
+    pub event_slug: Option<String>,
+}
+
+impl ListFilter for MarketFilter {
+    fn parse(q: &QueryPairs, errors: &mut Vec<ValidationIssue>) -> Self {
+        MarketFilter {
+            event_id: id_param(q, "event_id", errors),
+            event_slug: id_param(q, "event_slug", errors),
+        }
+    }
+}
+
+/// An id or slug filter: at most [`MAX_ID_LEN`] characters; empty is none.
+fn id_param(q: &QueryPairs, name: &str, errors: &mut Vec<ValidationIssue>) -> Option<String> {
+    let value = q.non_empty(name)?;
+    if value.chars().count() > MAX_ID_LEN {
+        errors.push(issue(
+            "query",
+            name,
+            format!("String should have at most {MAX_ID_LEN} characters"),
+            "string_too_long",
+        ));
+    }
+    Some(value.to_string())
 }
 
 #[derive(Debug, Clone, Default)]
@@ -349,41 +385,75 @@ impl DateRange {
     }
 }
 
-#[derive(Debug, Clone)]
-pub struct ListQuery {
-    /// Lowercased.
+/// The query of a discovery list: what `/v1/series`, `/v1/events` and
+/// `/v1/markets` share, and the list's own filter `F` (documented by its
+/// own `IntoParams`: a route lists `params(ListQuery, EventFilter)`).
+#[derive(Debug, Clone, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListQuery<F = NoFilter> {
+    /// Case-insensitive text match (markets: question or slug; series and
+    /// events: title or slug).
+    // Lowercased.
+    #[param(max_length = 200)]
     pub search: Option<String>,
+    #[param(value_type = Option<i64>, minimum = 1, maximum = 1000, default = 100)]
     pub limit: usize,
-    raw_cursor: Option<String>,
-    pub start_date: DateRange,
-    pub end_date: DateRange,
+    /// Opaque, from a previous `metadata.next_cursor`.
+    // Raw: its scope is checked against the list by `ListQuery::cursor`.
+    cursor: Option<String>,
+    /// Keep items with `start_date` >= value (ISO 8601 date or date-time).
+    #[param(value_type = Option<String>)]
+    pub start_date_min: Option<Timestamp>,
+    #[param(value_type = Option<String>)]
+    pub start_date_max: Option<Timestamp>,
+    #[param(value_type = Option<String>)]
+    pub end_date_min: Option<Timestamp>,
+    #[param(value_type = Option<String>)]
+    pub end_date_max: Option<Timestamp>,
+    /// Event tags (series: own tags); repeated or comma-separated.
+    #[param(value_type = Option<Vec<String>>, style = Form, explode)]
     pub tags: Vec<String>,
-    pub tags_all: bool,
+    #[param(schema_with = enum_schema::<TagsMatch>)]
+    pub tags_match: TagsMatch,
+    #[param(schema_with = enum_schema::<SortField>)]
     pub sort: SortField,
+    #[param(schema_with = enum_schema::<SortOrder>)]
     pub order: SortOrder,
-    pub series_id: Option<String>,
-    pub series_slug: Option<String>,
-    pub event_id: Option<String>,
-    pub event_slug: Option<String>,
+    #[param(ignore)]
+    pub filter: F,
 }
 
-impl ListQuery {
+impl<F> ListQuery<F> {
     /// The cursor scope: list name, sort field and order.
     pub fn scope(&self, list: &str) -> String {
-        let order = match self.order {
-            SortOrder::Asc => "asc",
-            SortOrder::Desc => "desc",
-        };
-        format!("{list}:{}:{order}", self.sort.as_str())
+        format!(
+            "{list}:{}:{}",
+            self.sort.as_str(),
+            QueryEnum::as_str(self.order)
+        )
     }
 
     /// The position to resume after; 400 for a cursor of another list.
     pub fn cursor(&self, list: &str) -> Result<Option<ListCursor>, ApiError> {
-        match &self.raw_cursor {
+        match &self.cursor {
             None => Ok(None),
             Some(c) => cursor::decode_list(&self.scope(list), c)
                 .map(Some)
                 .ok_or_else(ApiError::invalid_cursor),
+        }
+    }
+
+    pub fn start_date(&self) -> DateRange {
+        DateRange {
+            min: self.start_date_min,
+            max: self.start_date_max,
+        }
+    }
+
+    pub fn end_date(&self) -> DateRange {
+        DateRange {
+            min: self.end_date_min,
+            max: self.end_date_max,
         }
     }
 
@@ -393,28 +463,21 @@ impl ListQuery {
             return true;
         }
         let has = |t: &String| tags.contains(t);
-        if self.tags_all {
-            self.tags.iter().all(has)
-        } else {
-            self.tags.iter().any(has)
+        match self.tags_match {
+            TagsMatch::All => self.tags.iter().all(has),
+            TagsMatch::Any => self.tags.iter().any(has),
         }
     }
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for ListQuery {
+impl<S: Send + Sync, F: ListFilter> FromRequestParts<S> for ListQuery<F> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let q = Pairs::from_parts(parts, state).await?;
+        let q = QueryPairs::from_parts(parts, state).await?;
         let mut errors = Vec::new();
-        let search = q
-            .get("search")
-            .filter(|s| !s.is_empty())
-            .map(str::to_string);
-        if search
-            .as_ref()
-            .is_some_and(|s| s.chars().count() > SEARCH_MAX)
-        {
+        let search = q.non_empty("search");
+        if search.is_some_and(|s| s.chars().count() > SEARCH_MAX) {
             errors.push(issue(
                 "query",
                 "search",
@@ -429,70 +492,32 @@ impl<S: Send + Sync> FromRequestParts<S> for ListQuery {
             LIST_LIMIT_MAX,
             &mut errors,
         );
-        let tags_all = enum_value(
-            q.get("tags_match"),
-            "tags_match",
-            false,
-            &["any", "all"],
-            |v| match v {
-                "any" => Some(false),
-                "all" => Some(true),
-                _ => None,
-            },
-            &mut errors,
-        );
-        let sorts: Vec<&str> = SortField::ALL.iter().map(|f| f.as_str()).collect();
-        let sort = enum_value(
-            q.get("sort"),
-            "sort",
-            SortField::UpdatedAt,
-            &sorts,
-            SortField::parse,
-            &mut errors,
-        );
-        let order = enum_value(
-            q.get("order"),
-            "order",
-            SortOrder::Desc,
-            &["asc", "desc"],
-            |v| match v {
-                "asc" => Some(SortOrder::Asc),
-                "desc" => Some(SortOrder::Desc),
-                _ => None,
-            },
-            &mut errors,
-        );
-        for name in ["series_id", "series_slug", "event_id", "event_slug"] {
-            if q.get(name).is_some_and(|v| v.chars().count() > MAX_ID_LEN) {
-                errors.push(issue(
-                    "query",
-                    name,
-                    format!("String should have at most {MAX_ID_LEN} characters"),
-                    "string_too_long",
-                ));
-            }
-        }
+        let tags_match = enum_param(&q, "tags_match", TagsMatch::Any, &mut errors);
+        let sort = enum_param(&q, "sort", SortField::UpdatedAt, &mut errors);
+        let order = enum_param(&q, "order", SortOrder::Desc, &mut errors);
+        let filter = F::parse(&q, &mut errors);
         if !errors.is_empty() {
             return Err(ApiError::Validation(errors));
         }
-        let date = |name: &str| -> Result<Option<Timestamp>, ApiError> {
-            q.get(name)
-                .filter(|v| !v.is_empty())
-                .map(|v| {
-                    Timestamp::parse(v)
-                        .map_err(|e| ApiError::BadRequest(format!("Invalid {name}: {e}.")))
-                })
-                .transpose()
+        let date = |name: &str| q.non_empty(name).map(|v| timestamp(v, name)).transpose();
+        let query = ListQuery {
+            search: search.map(str::to_lowercase),
+            limit,
+            cursor: q.non_empty("cursor").map(str::to_string),
+            start_date_min: date("start_date_min")?,
+            start_date_max: date("start_date_max")?,
+            end_date_min: date("end_date_min")?,
+            end_date_max: date("end_date_max")?,
+            tags: q.all("tags"),
+            tags_match,
+            sort,
+            order,
+            filter,
         };
-        let start_date = DateRange {
-            min: date("start_date_min")?,
-            max: date("start_date_max")?,
-        };
-        let end_date = DateRange {
-            min: date("end_date_min")?,
-            max: date("end_date_max")?,
-        };
-        for (range, field) in [(&start_date, "start_date"), (&end_date, "end_date")] {
+        for (range, field) in [
+            (query.start_date(), "start_date"),
+            (query.end_date(), "end_date"),
+        ] {
             if let (Some(min), Some(max)) = (range.min, range.max) {
                 if min > max {
                     return Err(ApiError::BadRequest(format!(
@@ -501,21 +526,6 @@ impl<S: Send + Sync> FromRequestParts<S> for ListQuery {
                 }
             }
         }
-        let owned = |name: &str| q.get(name).filter(|v| !v.is_empty()).map(str::to_string);
-        Ok(ListQuery {
-            search: search.map(|s| s.to_lowercase()),
-            limit,
-            raw_cursor: owned("cursor"),
-            start_date,
-            end_date,
-            tags: q.all("tags"),
-            tags_all,
-            sort,
-            order,
-            series_id: owned("series_id"),
-            series_slug: owned("series_slug"),
-            event_id: owned("event_id"),
-            event_slug: owned("event_slug"),
-        })
+        Ok(query)
     }
 }

@@ -1,14 +1,21 @@
 //! Splitting and validating one NDJSON body.
 
-use hindsight_schemas::{wire, Event, EventKind, Timestamp};
+use hindsight_schemas::wire::{self, Reject};
+use hindsight_schemas::{Event, EventKind, Timestamp};
 use hindsight_telemetry as tm;
-use serde::Serialize;
+use serde::{Serialize, Serializer};
 
-/// A refused line: its 1-based number in the body and why.
+/// A refused line: its 1-based number in the body and why. On the wire
+/// (the HTTP response, the backfill rejects file) the reason is its text.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Rejected {
     pub line: u64,
-    pub reason: String,
+    #[serde(serialize_with = "as_text")]
+    pub reason: Reject,
+}
+
+fn as_text<S: Serializer>(reason: &Reject, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(reason)
 }
 
 #[derive(Debug, Default)]
@@ -25,12 +32,12 @@ pub fn validate(body: &[u8], first_line: u64, now: Timestamp) -> Validated {
         let parsed = match std::str::from_utf8(line) {
             Ok(text) if text.trim().is_empty() => continue,
             Ok(text) => wire::parse_line(text.trim_end_matches('\r'), now),
-            Err(e) => Err(format!("line is not valid UTF-8 ({e})")),
+            Err(e) => Err(Reject::not_utf8(e)),
         };
         match parsed {
             Ok(event) => out.events.push(event),
             Err(reason) => {
-                metrics::counter!(tm::INGEST_EVENTS_REJECTED, "reason" => reason_class(&reason))
+                metrics::counter!(tm::INGEST_EVENTS_REJECTED, "reason" => reason.kind().label())
                     .increment(1);
                 out.rejected.push(Rejected {
                     line: first_line + i as u64,
@@ -61,24 +68,81 @@ pub fn count_accepted(per_kind: KindCounts) {
     }
 }
 
-/// A short, bounded label for the metrics: the reason without its details.
-fn reason_class(reason: &str) -> &'static str {
-    if reason.starts_with("malformed JSON") {
-        "malformed_json"
-    } else if reason.starts_with("unknown kind") {
-        "unknown_kind"
-    } else if reason.starts_with("missing field") {
-        "missing_field"
-    } else if reason.contains("`ts`") || reason.contains("UTF-8") {
-        "bad_timestamp"
-    } else if reason.contains("not best first") {
-        "book_not_best_first"
-    } else if reason.contains("characters long")
-        || reason.contains("is empty")
-        || reason.contains("may not contain")
-    {
-        "bad_id"
-    } else {
-        "out_of_range"
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use metrics_exporter_prometheus::PrometheusBuilder;
+
+    const NOW: Timestamp = Timestamp(1_760_000_000_000);
+
+    /// Validates `body` under a recorder of its own; returns the result and
+    /// the rendered metrics.
+    fn validate_counted(body: &[u8]) -> (Validated, String) {
+        let recorder = PrometheusBuilder::new().build_recorder();
+        let handle = recorder.handle();
+        let out = metrics::with_local_recorder(&recorder, || validate(body, 1, NOW));
+        (out, handle.render())
+    }
+
+    fn rejected_count(metrics: &str, reason: &str) -> Option<f64> {
+        let prefix = format!("{}{{reason=\"{reason}\"}} ", tm::INGEST_EVENTS_REJECTED);
+        metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&prefix))
+            .map(|v| v.parse().unwrap())
+    }
+
+    #[test]
+    fn a_line_that_is_not_utf8_is_counted_as_not_utf8_and_its_neighbours_kept() {
+        let body = b"{\"kind\":\"price\",\"market_id\":\"m\xff\"}\n{\"kind\":\"price\",\"market_id\":\"m1\",\"token_id\":\"t1\",\"ts\":1756684830,\"p\":0.5}\n";
+        let (out, metrics) = validate_counted(body);
+        assert_eq!(out.events.len(), 1);
+        assert_eq!(out.rejected.len(), 1);
+        assert_eq!(out.rejected[0].line, 1);
+        assert_eq!(out.rejected[0].reason.kind().label(), "not_utf8");
+        assert_eq!(rejected_count(&metrics, "not_utf8"), Some(1.0), "{metrics}");
+        assert_eq!(rejected_count(&metrics, "bad_timestamp"), None, "{metrics}");
+    }
+
+    #[test]
+    fn each_reject_is_counted_once_under_its_kind_label() {
+        let body = concat!(
+            "{oops\n",
+            "\n",
+            "{\"kind\":\"trade\"}\n",
+            "{\"kind\":\"price\",\"market_id\":\"m1\",\"token_id\":\"t1\",\"ts\":\"soon\",\"p\":0.5}\n",
+            "{\"kind\":\"price\",\"market_id\":\"m1\",\"token_id\":\"t1\",\"ts\":1756684830,\"p\":2}\n",
+            "{\"kind\":\"price\",\"market_id\":\"m1\",\"token_id\":\"t1\",\"ts\":1756684830,\"p\":3}\n",
+        );
+        let (out, metrics) = validate_counted(body.as_bytes());
+        let lines: Vec<u64> = out.rejected.iter().map(|r| r.line).collect();
+        assert_eq!(
+            lines,
+            [1, 3, 4, 5, 6],
+            "the blank line 2 is skipped, not rejected"
+        );
+        for (label, n) in [
+            ("malformed_json", 1.0),
+            ("unknown_kind", 1.0),
+            ("bad_timestamp", 1.0),
+            ("out_of_range", 2.0),
+        ] {
+            assert_eq!(
+                rejected_count(&metrics, label),
+                Some(n),
+                "{label}: {metrics}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_reject_serializes_as_its_line_and_text() {
+        let (out, _) = validate_counted(b"{\"kind\":\"trade\"}");
+        let json = serde_json::to_value(&out.rejected[0]).unwrap();
+        assert_eq!(json["line"], 1);
+        assert!(json["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("unknown kind `trade`"));
     }
 }

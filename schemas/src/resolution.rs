@@ -82,6 +82,21 @@ impl Resolution {
     }
 }
 
+/// The `resolution` query parameter's schema in the OpenAPI document,
+/// from [`Resolution::ALL`] so the documented values are the parsed ones.
+impl utoipa::PartialSchema for Resolution {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some("Aggregation bucket size."))
+            .enum_values(Some(Resolution::ALL.map(Resolution::as_str)))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Resolution {}
+
 impl std::fmt::Display for Resolution {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

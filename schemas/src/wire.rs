@@ -3,14 +3,150 @@
 //! Pipelines send one JSON object per line (NDJSON). Each line names its
 //! `kind`; fields beyond the ones a kind uses are allowed and ignored, so
 //! producers can add their own. [`parse_line`] turns one line into a
-//! validated [`Event`] or a reason that names the field and what is wrong
-//! with it — ingest reports that reason next to the line number.
+//! validated [`Event`] or a [`Reject`]: a [`RejectKind`] (what metrics count
+//! by), the field when there is one, and the text ingest reports next to the
+//! line number.
 
 use crate::event::*;
 use crate::time::Timestamp;
 use crate::MAX_ID_LEN;
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
+use std::fmt;
+
+/// Why a line was refused, as far as an operator can count it. The label
+/// is the `reason` of the ingest reject metric, so dashboards and alerts
+/// can group by it; the human text stays in [`Reject`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RejectKind {
+    /// The line is not UTF-8 text.
+    NotUtf8,
+    /// Not a JSON object (syntax error, `NaN`, an array…).
+    MalformedJson,
+    /// A field holds a JSON value of the wrong type (`"p": "0.5"`).
+    WrongType,
+    /// `kind` is none of the event kinds.
+    UnknownKind,
+    /// A field the line's kind requires is absent.
+    MissingField,
+    /// An id, text, tag, label or list that must not be empty is.
+    Empty,
+    /// An id, tag or label longer than [`MAX_ID_LEN`] characters.
+    TooLong,
+    /// An id with a character it may not contain (`/`, whitespace, control).
+    BadId,
+    /// A number outside its range: a probability above 1, a negative size.
+    OutOfRange,
+    /// A timestamp that does not parse or lies outside 2000..2100.
+    BadTimestamp,
+    /// Book levels not best first.
+    BookNotBestFirst,
+    /// A token id or label given twice in one market.
+    Duplicate,
+    /// Fields that contradict each other (a winner that is not a token).
+    Inconsistent,
+}
+
+impl RejectKind {
+    pub const ALL: [RejectKind; 13] = [
+        RejectKind::NotUtf8,
+        RejectKind::MalformedJson,
+        RejectKind::WrongType,
+        RejectKind::UnknownKind,
+        RejectKind::MissingField,
+        RejectKind::Empty,
+        RejectKind::TooLong,
+        RejectKind::BadId,
+        RejectKind::OutOfRange,
+        RejectKind::BadTimestamp,
+        RejectKind::BookNotBestFirst,
+        RejectKind::Duplicate,
+        RejectKind::Inconsistent,
+    ];
+
+    /// The metric label: short, bounded, stable (dashboards and alerts
+    /// select on it), and defined here only.
+    pub const fn label(self) -> &'static str {
+        match self {
+            RejectKind::NotUtf8 => "not_utf8",
+            RejectKind::MalformedJson => "malformed_json",
+            RejectKind::WrongType => "wrong_type",
+            RejectKind::UnknownKind => "unknown_kind",
+            RejectKind::MissingField => "missing_field",
+            RejectKind::Empty => "empty",
+            RejectKind::TooLong => "too_long",
+            RejectKind::BadId => "bad_id",
+            RejectKind::OutOfRange => "out_of_range",
+            RejectKind::BadTimestamp => "bad_timestamp",
+            RejectKind::BookNotBestFirst => "book_not_best_first",
+            RejectKind::Duplicate => "duplicate",
+            RejectKind::Inconsistent => "inconsistent",
+        }
+    }
+}
+
+/// A refused line: its kind, the field it concerns (when there is one) and
+/// the text a pipeline author reads (`field `p`: 1.5 is not a probability
+/// in [0, 1]`), which is what `Display` prints.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reject {
+    kind: RejectKind,
+    field: Option<String>,
+    text: String,
+}
+
+impl Reject {
+    fn new(kind: RejectKind, field: Option<&str>, text: String) -> Self {
+        Reject {
+            kind,
+            field: field.map(str::to_string),
+            text,
+        }
+    }
+
+    /// About one field: the text reads ``field `name`…`` followed by `rest`
+    /// (which starts with `": "` or `" "`).
+    fn field(kind: RejectKind, name: &str, rest: impl fmt::Display) -> Self {
+        Self::new(kind, Some(name), format!("field `{name}`{rest}"))
+    }
+
+    fn missing(name: &str, kind: EventKind) -> Self {
+        Self::new(
+            RejectKind::MissingField,
+            Some(name),
+            format!(
+                "missing field `{name}` (required for kind `{}`)",
+                kind.as_str()
+            ),
+        )
+    }
+
+    /// A line that is not UTF-8 text (found before [`parse_line`] can run).
+    pub fn not_utf8(err: std::str::Utf8Error) -> Self {
+        Self::new(
+            RejectKind::NotUtf8,
+            None,
+            format!("line is not valid UTF-8 ({err})"),
+        )
+    }
+
+    pub fn kind(&self) -> RejectKind {
+        self.kind
+    }
+
+    /// The field the reject concerns, as a path (`tokens[1].label`).
+    pub fn field_name(&self) -> Option<&str> {
+        self.field.as_deref()
+    }
+}
+
+impl fmt::Display for Reject {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.text)
+    }
+}
+
+impl std::error::Error for Reject {}
 
 /// One line as sent. Everything is optional here; [`parse_line`] checks
 /// which fields the line's kind requires, so the message can name them.
@@ -47,9 +183,20 @@ struct WireLine {
 
 #[derive(Deserialize)]
 struct WireToken {
-    id: String,
-    label: String,
+    id: Option<String>,
+    label: Option<String>,
 }
+
+/// The fields [`WireLine`] reads as [`WireTs`]: a value there that does not
+/// deserialize is a bad timestamp rather than a wrong type.
+const TIMESTAMP_FIELDS: [&str; 6] = [
+    "ts",
+    "start_date",
+    "end_date",
+    "closed_at",
+    "created_at",
+    "updated_at",
+];
 
 /// A timestamp as ISO 8601 text or Unix seconds (number or numeric text).
 struct WireTs(Timestamp);
@@ -84,16 +231,26 @@ impl<'de> Deserialize<'de> for WireTs {
 /// Parses and validates one NDJSON line. `now` fills `created_at` and
 /// `updated_at` of catalog records that omit them, so that the log (and any
 /// replay of it) carries a definite version for every record.
-pub fn parse_line(line: &str, now: Timestamp) -> Result<Event, String> {
+pub fn parse_line(line: &str, now: Timestamp) -> Result<Event, Reject> {
     let wire: WireLine = match serde_json::from_str(line) {
         Ok(w) => w,
         Err(_) => return Err(explain_json_error(line)),
     };
-    let kind_text = wire.kind.as_deref().ok_or("missing field `kind`")?;
+    let Some(kind_text) = wire.kind.as_deref() else {
+        return Err(Reject::new(
+            RejectKind::MissingField,
+            Some("kind"),
+            "missing field `kind`".into(),
+        ));
+    };
     let kind = EventKind::parse(kind_text).ok_or_else(|| {
-        format!(
-            "unknown kind `{}`: expected one of price, book, metrics, series, event, market",
-            truncate(kind_text)
+        Reject::new(
+            RejectKind::UnknownKind,
+            Some("kind"),
+            format!(
+                "unknown kind `{}`: expected one of price, book, metrics, series, event, market",
+                truncate(kind_text)
+            ),
         )
     })?;
     let mut f = Fields { w: wire, kind };
@@ -101,7 +258,11 @@ pub fn parse_line(line: &str, now: Timestamp) -> Result<Event, String> {
         EventKind::Price => {
             let p = f.number("p")?;
             if !(0.0..=1.0).contains(&p) {
-                return Err(format!("field `p`: {p} is not a probability in [0, 1]"));
+                return Err(Reject::field(
+                    RejectKind::OutOfRange,
+                    "p",
+                    format!(": {p} is not a probability in [0, 1]"),
+                ));
             }
             Event::Price(PriceTick {
                 market_id: f.id("market_id")?,
@@ -179,18 +340,27 @@ pub fn parse_line(line: &str, now: Timestamp) -> Result<Event, String> {
 }
 
 /// Re-parses a line that failed the fast path, tracking the field path so
-/// the reason names the field (`field `p`: invalid type: string "x" …`).
-fn explain_json_error(line: &str) -> String {
+/// the reject names the field (`field `p`: invalid type: string "x" …`).
+fn explain_json_error(line: &str) -> Reject {
     let de = &mut serde_json::Deserializer::from_str(line);
     match serde_path_to_error::deserialize::<_, WireLine>(de) {
-        Ok(_) => "malformed JSON".into(),
+        Ok(_) => Reject::new(RejectKind::MalformedJson, None, "malformed JSON".into()),
         Err(err) => {
             let path = err.path().to_string();
             let inner = err.into_inner();
             if inner.is_data() && path != "." {
-                format!("field `{path}`: {inner}")
+                let kind = if TIMESTAMP_FIELDS.contains(&path.as_str()) {
+                    RejectKind::BadTimestamp
+                } else {
+                    RejectKind::WrongType
+                };
+                Reject::field(kind, &path, format!(": {inner}"))
             } else {
-                format!("malformed JSON: {inner}")
+                Reject::new(
+                    RejectKind::MalformedJson,
+                    None,
+                    format!("malformed JSON: {inner}"),
+                )
             }
         }
     }
@@ -202,11 +372,8 @@ struct Fields {
 }
 
 impl Fields {
-    fn missing(&self, name: &str) -> String {
-        format!(
-            "missing field `{name}` (required for kind `{}`)",
-            self.kind.as_str()
-        )
+    fn missing(&self, name: &str) -> Reject {
+        Reject::missing(name, self.kind)
     }
 
     fn slot(&mut self, name: &str) -> Option<String> {
@@ -223,28 +390,28 @@ impl Fields {
         }
     }
 
-    fn id(&mut self, name: &str) -> Result<String, String> {
+    fn id(&mut self, name: &str) -> Result<String, Reject> {
         let value = self.slot(name).ok_or_else(|| self.missing(name))?;
         check_id(name, &value)?;
         Ok(value)
     }
 
-    fn optional_id(&mut self, name: &str) -> Result<Option<String>, String> {
+    fn optional_id(&mut self, name: &str) -> Result<Option<String>, Reject> {
         match self.slot(name) {
             Some(v) => check_id(name, &v).map(|_| Some(v)),
             None => Ok(None),
         }
     }
 
-    fn text(&mut self, name: &str) -> Result<String, String> {
+    fn text(&mut self, name: &str) -> Result<String, Reject> {
         let value = self.slot(name).ok_or_else(|| self.missing(name))?;
         if value.trim().is_empty() {
-            return Err(format!("field `{name}` is empty"));
+            return Err(Reject::field(RejectKind::Empty, name, " is empty"));
         }
         Ok(value)
     }
 
-    fn number(&mut self, name: &str) -> Result<f64, String> {
+    fn number(&mut self, name: &str) -> Result<f64, Reject> {
         let value = match name {
             "p" => self.w.p,
             "volume" => self.w.volume,
@@ -254,20 +421,28 @@ impl Fields {
         }
         .ok_or_else(|| self.missing(name))?;
         if !value.is_finite() {
-            return Err(format!("field `{name}` is not a finite number"));
+            return Err(Reject::field(
+                RejectKind::OutOfRange,
+                name,
+                " is not a finite number",
+            ));
         }
         Ok(value)
     }
 
-    fn non_negative(&mut self, name: &str) -> Result<f64, String> {
+    fn non_negative(&mut self, name: &str) -> Result<f64, Reject> {
         let value = self.number(name)?;
         if value < 0.0 {
-            return Err(format!("field `{name}`: {value} is negative"));
+            return Err(Reject::field(
+                RejectKind::OutOfRange,
+                name,
+                format!(": {value} is negative"),
+            ));
         }
         Ok(value)
     }
 
-    fn ts(&mut self, name: &str) -> Result<Timestamp, String> {
+    fn ts(&mut self, name: &str) -> Result<Timestamp, Reject> {
         self.w
             .ts
             .take()
@@ -282,47 +457,65 @@ impl Fields {
         (created.unwrap_or(updated), updated)
     }
 
-    fn tags(&mut self) -> Result<Vec<String>, String> {
+    fn tags(&mut self) -> Result<Vec<String>, Reject> {
         let tags = self.w.tags.take().unwrap_or_default();
         for (i, tag) in tags.iter().enumerate() {
-            if tag.trim().is_empty() || tag.chars().count() > MAX_ID_LEN {
-                return Err(format!(
-                    "field `tags[{i}]` must be 1..{MAX_ID_LEN} non-blank characters"
-                ));
-            }
+            check_label(&format!("tags[{i}]"), tag)?;
         }
         Ok(tags)
     }
 
-    fn tokens(&mut self) -> Result<Vec<Token>, String> {
+    fn tokens(&mut self) -> Result<Vec<Token>, Reject> {
         let wire = self.w.tokens.take().ok_or_else(|| self.missing("tokens"))?;
         if wire.is_empty() {
-            return Err("field `tokens` is empty: a market needs at least one token".into());
+            return Err(Reject::field(
+                RejectKind::Empty,
+                "tokens",
+                " is empty: a market needs at least one token",
+            ));
         }
         let mut tokens: Vec<Token> = Vec::with_capacity(wire.len());
         for (i, t) in wire.into_iter().enumerate() {
-            check_id(&format!("tokens[{i}].id"), &t.id)?;
-            if t.label.trim().is_empty() || t.label.chars().count() > MAX_ID_LEN {
-                return Err(format!(
-                    "field `tokens[{i}].label` must be 1..{MAX_ID_LEN} non-blank characters"
+            let (id_field, label_field) = (format!("tokens[{i}].id"), format!("tokens[{i}].label"));
+            let id = t.id.ok_or_else(|| self.missing(&id_field))?;
+            let label = t.label.ok_or_else(|| self.missing(&label_field))?;
+            check_id(&id_field, &id)?;
+            check_label(&label_field, &label)?;
+            if let Some(j) = tokens.iter().position(|o| o.id == id) {
+                return Err(Reject::field(
+                    RejectKind::Duplicate,
+                    &id_field,
+                    format!(" repeats tokens[{j}].id"),
                 ));
-            }
-            if let Some(j) = tokens.iter().position(|o| o.id == t.id) {
-                return Err(format!("field `tokens[{i}].id` repeats tokens[{j}].id"));
             }
             // Labels key the market-level responses (label -> points).
-            if let Some(j) = tokens.iter().position(|o| o.label == t.label) {
-                return Err(format!(
-                    "field `tokens[{i}].label` repeats tokens[{j}].label"
+            if let Some(j) = tokens.iter().position(|o| o.label == label) {
+                return Err(Reject::field(
+                    RejectKind::Duplicate,
+                    &label_field,
+                    format!(" repeats tokens[{j}].label"),
                 ));
             }
-            tokens.push(Token {
-                id: t.id,
-                label: t.label,
-            });
+            tokens.push(Token { id, label });
         }
         Ok(tokens)
     }
+}
+
+/// Tags and token labels: 1..200 characters, not all blank.
+fn check_label(name: &str, value: &str) -> Result<(), Reject> {
+    let kind = if value.trim().is_empty() {
+        RejectKind::Empty
+    } else if value.chars().count() > MAX_ID_LEN {
+        RejectKind::TooLong
+    } else {
+        return Ok(());
+    };
+    Err(Reject::field(
+        kind,
+        name,
+        format!(" must be 1..{MAX_ID_LEN} non-blank characters"),
+    ))
 }
 
 /// The winning token must be one of the market's tokens; its label is taken
@@ -330,26 +523,33 @@ impl Fields {
 fn resolution_of(
     w: &mut WireLine,
     tokens: &[Token],
-) -> Result<(Option<String>, Option<String>), String> {
+) -> Result<(Option<String>, Option<String>), Reject> {
     match (w.resolved_token_id.take(), w.resolved_token_label.take()) {
         (None, None) => Ok((None, None)),
-        (None, Some(_)) => {
-            Err("field `resolved_token_label` is set but `resolved_token_id` is not".into())
-        }
+        (None, Some(_)) => Err(Reject::field(
+            RejectKind::Inconsistent,
+            "resolved_token_label",
+            " is set but `resolved_token_id` is not",
+        )),
         (Some(id), label) => {
             let token = tokens.iter().find(|t| t.id == id).ok_or_else(|| {
-                format!(
-                    "field `resolved_token_id`: `{}` is not one of the market's tokens",
-                    truncate(&id)
+                Reject::field(
+                    RejectKind::Inconsistent,
+                    "resolved_token_id",
+                    format!(": `{}` is not one of the market's tokens", truncate(&id)),
                 )
             })?;
             if let Some(label) = &label {
                 if *label != token.label {
-                    return Err(format!(
-                        "field `resolved_token_label`: `{}` is not the label of token `{}` (`{}`)",
-                        truncate(label),
-                        token.id,
-                        token.label
+                    return Err(Reject::field(
+                        RejectKind::Inconsistent,
+                        "resolved_token_label",
+                        format!(
+                            ": `{}` is not the label of token `{}` (`{}`)",
+                            truncate(label),
+                            token.id,
+                            token.label
+                        ),
                     ));
                 }
             }
@@ -360,22 +560,26 @@ fn resolution_of(
 
 /// Ids become URL path segments (`/v1/tokens/{id}/prices`): 1..200
 /// characters, no `/`, no whitespace or control characters.
-pub fn check_id(name: &str, value: &str) -> Result<(), String> {
+pub fn check_id(name: &str, value: &str) -> Result<(), Reject> {
     let len = value.chars().count();
     if len == 0 {
-        return Err(format!("field `{name}` is empty"));
+        return Err(Reject::field(RejectKind::Empty, name, " is empty"));
     }
     if len > MAX_ID_LEN {
-        return Err(format!(
-            "field `{name}` is {len} characters long; at most {MAX_ID_LEN} are allowed"
+        return Err(Reject::field(
+            RejectKind::TooLong,
+            name,
+            format!(" is {len} characters long; at most {MAX_ID_LEN} are allowed"),
         ));
     }
     if let Some(c) = value
         .chars()
         .find(|c| *c == '/' || c.is_whitespace() || c.is_control())
     {
-        return Err(format!(
-            "field `{name}` contains {c:?}; ids may not contain '/', whitespace or control characters"
+        return Err(Reject::field(
+            RejectKind::BadId,
+            name,
+            format!(" contains {c:?}; ids may not contain '/', whitespace or control characters"),
         ));
     }
     Ok(())
@@ -393,19 +597,23 @@ fn book_side(
     name: &str,
     levels: Option<Vec<[f64; 2]>>,
     side: Side,
-) -> Result<Vec<BookLevel>, String> {
-    let levels =
-        levels.ok_or_else(|| format!("missing field `{name}` (required for kind `book`)"))?;
+) -> Result<Vec<BookLevel>, Reject> {
+    let levels = levels.ok_or_else(|| Reject::missing(name, EventKind::Book))?;
     let mut out: Vec<BookLevel> = Vec::with_capacity(levels.len());
     for (i, [price, size]) in levels.into_iter().enumerate() {
+        let level = format!("{name}[{i}]");
         if !price.is_finite() || !(0.0..=1.0).contains(&price) {
-            return Err(format!(
-                "field `{name}[{i}]`: price {price} is not in [0, 1]"
+            return Err(Reject::field(
+                RejectKind::OutOfRange,
+                &level,
+                format!(": price {price} is not in [0, 1]"),
             ));
         }
         if !size.is_finite() || size < 0.0 {
-            return Err(format!(
-                "field `{name}[{i}]`: size {size} is negative or not finite"
+            return Err(Reject::field(
+                RejectKind::OutOfRange,
+                &level,
+                format!(": size {size} is negative or not finite"),
             ));
         }
         if let Some(prev) = out.last() {
@@ -418,9 +626,13 @@ fn book_side(
                     Side::Bids => "descending",
                     Side::Asks => "ascending",
                 };
-                return Err(format!(
-                    "field `{name}` is not best first: level {i} price {price} after {} (must be strictly {order})",
-                    prev.price
+                return Err(Reject::field(
+                    RejectKind::BookNotBestFirst,
+                    name,
+                    format!(
+                        " is not best first: level {i} price {price} after {} (must be strictly {order})",
+                        prev.price
+                    ),
                 ));
             }
         }
@@ -483,7 +695,7 @@ mod tests {
     const NOW: Timestamp = Timestamp(1_760_000_000_000);
 
     fn err(line: &str) -> String {
-        parse_line(line, NOW).expect_err(line)
+        parse_line(line, NOW).expect_err(line).to_string()
     }
 
     #[test]
@@ -561,5 +773,124 @@ mod tests {
         assert!(err(wrong).contains("not one of the market's tokens"));
         let slash = r#"{"kind":"event","id":"a/b","slug":"s","title":"t"}"#;
         assert!(err(slash).contains("may not contain '/'"));
+    }
+    /// One line per kind: each reject carries the kind its metric label
+    /// comes from and, where there is one, the field it is about.
+    #[test]
+    fn every_reject_kind_is_reached_with_its_field() {
+        let market = |extra: &str| {
+            format!(
+                r#"{{"kind":"market","id":"m1","slug":"s","status":"open","tokens":[{{"id":"t1","label":"Yes"}}]{extra}}}"#
+            )
+        };
+        let price = |extra: &str| {
+            format!(r#"{{"kind":"price","market_id":"m1","token_id":"t1","ts":1756684830{extra}}}"#)
+        };
+        let cases: Vec<(String, RejectKind, Option<&str>)> = vec![
+            ("{not json".into(), RejectKind::MalformedJson, None),
+            ("42".into(), RejectKind::MalformedJson, None),
+            (price(r#","p":"0.5""#), RejectKind::WrongType, Some("p")),
+            (r#"{"kind":"trade"}"#.into(), RejectKind::UnknownKind, Some("kind")),
+            (r#"{"market_id":"m"}"#.into(), RejectKind::MissingField, Some("kind")),
+            (price(""), RejectKind::MissingField, Some("p")),
+            (
+                r#"{"kind":"market","id":"m1","slug":"s","status":"open","tokens":[{"id":"t1"}]}"#.into(),
+                RejectKind::MissingField,
+                Some("tokens[0].label"),
+            ),
+            (
+                r#"{"kind":"price","market_id":"","token_id":"t1","ts":1756684830,"p":0.5}"#.into(),
+                RejectKind::Empty,
+                Some("market_id"),
+            ),
+            (
+                r#"{"kind":"series","id":"s1","slug":"s","title":"S","tags":["  "]}"#.into(),
+                RejectKind::Empty,
+                Some("tags[0]"),
+            ),
+            (
+                format!(
+                    r#"{{"kind":"price","market_id":"{}","token_id":"t1","ts":1756684830,"p":0.5}}"#,
+                    "m".repeat(201)
+                ),
+                RejectKind::TooLong,
+                Some("market_id"),
+            ),
+            (
+                r#"{"kind":"event","id":"a/b","slug":"s","title":"t"}"#.into(),
+                RejectKind::BadId,
+                Some("id"),
+            ),
+            (price(r#","p":1.5"#), RejectKind::OutOfRange, Some("p")),
+            (
+                r#"{"kind":"book","market_id":"m1","token_id":"t1","ts":1756684830,"bids":[[0.4,-1]],"asks":[]}"#.into(),
+                RejectKind::OutOfRange,
+                Some("bids[0]"),
+            ),
+            (
+                r#"{"kind":"price","market_id":"m1","token_id":"t1","ts":"yesterday","p":0.5}"#.into(),
+                RejectKind::BadTimestamp,
+                Some("ts"),
+            ),
+            (
+                r#"{"kind":"price","market_id":"m1","token_id":"t1","ts":1756684830000,"p":0.5}"#.into(),
+                RejectKind::BadTimestamp,
+                Some("ts"),
+            ),
+            (market(r#","end_date":"soon""#), RejectKind::BadTimestamp, Some("end_date")),
+            (
+                r#"{"kind":"book","market_id":"m1","token_id":"t1","ts":1756684830,"bids":[[0.40,1],[0.41,1]],"asks":[]}"#.into(),
+                RejectKind::BookNotBestFirst,
+                Some("bids"),
+            ),
+            (
+                r#"{"kind":"market","id":"m1","slug":"s","status":"open","tokens":[{"id":"t1","label":"Yes"},{"id":"t1","label":"No"}]}"#.into(),
+                RejectKind::Duplicate,
+                Some("tokens[1].id"),
+            ),
+            (
+                market(r#","resolved_token_id":"t9""#),
+                RejectKind::Inconsistent,
+                Some("resolved_token_id"),
+            ),
+        ];
+        for (line, kind, field) in &cases {
+            let reject = parse_line(line, NOW).expect_err(line);
+            assert_eq!(
+                (reject.kind(), reject.field_name()),
+                (*kind, *field),
+                "{line}: {reject}"
+            );
+        }
+        // Built at run time: clippy refuses a literal that can never decode.
+        let bytes: Vec<u8> = b"{\"kind\":\"price"
+            .iter()
+            .chain(&[0xff])
+            .copied()
+            .collect();
+        let utf8 = std::str::from_utf8(&bytes).unwrap_err();
+        let reject = Reject::not_utf8(utf8);
+        assert_eq!(
+            (reject.kind(), reject.field_name()),
+            (RejectKind::NotUtf8, None)
+        );
+        assert!(reject.to_string().starts_with("line is not valid UTF-8"));
+        // Every kind but NotUtf8 (found before parsing) is reachable from a line.
+        for kind in RejectKind::ALL {
+            assert!(
+                kind == RejectKind::NotUtf8 || cases.iter().any(|(_, k, _)| *k == kind),
+                "no case for {kind:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn reject_labels_are_distinct_snake_case() {
+        let labels: std::collections::HashSet<&str> =
+            RejectKind::ALL.iter().map(|k| k.label()).collect();
+        assert_eq!(labels.len(), RejectKind::ALL.len());
+        assert!(labels.iter().all(|l| l
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')));
     }
 }

@@ -12,7 +12,8 @@ use std::sync::OnceLock;
 // ---- ingest -----------------------------------------------------------------
 /// Events appended to the log, by `kind`.
 pub const INGEST_EVENTS_ACCEPTED: &str = "hindsight_ingest_events_accepted_total";
-/// Lines refused by validation, by `reason` (a short class, not the full text).
+/// Lines refused by validation, by `reason`: the reject's kind
+/// (`hindsight_schemas::wire::RejectKind::label`), never the full text.
 pub const INGEST_EVENTS_REJECTED: &str = "hindsight_ingest_events_rejected_total";
 /// Lines per HTTP batch.
 pub const INGEST_BATCH_LINES: &str = "hindsight_ingest_batch_lines";
@@ -63,6 +64,9 @@ pub const API_AUTH_FAILURES: &str = "hindsight_api_auth_failures_total";
 pub const API_FORBIDDEN: &str = "hindsight_api_forbidden_total";
 /// Requests refused for exceeding the rate limit (429).
 pub const API_RATE_LIMITED: &str = "hindsight_api_rate_limited_total";
+/// Requests that failed on our side (500), by `route` and `cause` (`store`,
+/// `invariant`); each is also logged once with its cause.
+pub const API_INTERNAL_ERRORS: &str = "hindsight_api_internal_errors_total";
 
 // ---- store --------------------------------------------------------------------
 /// Read-store query latency, by `op`.
@@ -157,6 +161,21 @@ pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
         API_AUTH_FAILURES,
         Unit::Count,
         "Refused API keys, by reason.",
+    ),
+    (
+        API_FORBIDDEN,
+        Unit::Count,
+        "API requests refused by the plan (403), by reason.",
+    ),
+    (
+        API_RATE_LIMITED,
+        Unit::Count,
+        "API requests refused for exceeding the rate limit (429).",
+    ),
+    (
+        API_INTERNAL_ERRORS,
+        Unit::Count,
+        "API requests that failed on our side (500), by route and cause.",
     ),
     (
         STORE_QUERY_SECONDS,

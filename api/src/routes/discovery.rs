@@ -5,7 +5,7 @@ use super::{iso, path_id};
 use crate::auth::Caller;
 use crate::cursor;
 use crate::error::ApiError;
-use crate::query::{EventFilterParams, ListParams, ListQuery, MarketFilterParams};
+use crate::query::{EventFilter, ListQuery, MarketFilter};
 use crate::ApiState;
 use axum::extract::{Path, State};
 use axum::Json;
@@ -60,8 +60,8 @@ fn event_item(e: &EventRecord) -> EventItem {
     }
 }
 
-fn metadata(
-    q: &ListQuery,
+fn metadata<F>(
+    q: &ListQuery<F>,
     list: &str,
     count: usize,
     next: Option<cursor::ListCursor>,
@@ -74,7 +74,7 @@ fn metadata(
 }
 
 /// List series.
-#[utoipa::path(get, path = "/v1/series", tag = "discovery", params(ListParams),
+#[utoipa::path(get, path = "/v1/series", tag = "discovery", params(ListQuery),
     responses((status = 200, body = SeriesListResponse), (status = 400, body = ErrorResponse),
         (status = 401, body = ErrorResponse), (status = 422, body = ValidationErrorResponse), (status = 429, body = ErrorResponse)))]
 pub async fn list_series(
@@ -91,8 +91,8 @@ pub async fn list_series(
         q.search.as_deref(),
         q.limit,
         |s| {
-            q.start_date.keeps(s.start_date)
-                && q.end_date.keeps(s.end_date)
+            q.start_date().keeps(s.start_date)
+                && q.end_date().keeps(s.end_date)
                 && q.keeps_tags(&s.tags)
         },
     );
@@ -104,18 +104,19 @@ pub async fn list_series(
 }
 
 /// List events, optionally of one series.
-#[utoipa::path(get, path = "/v1/events", tag = "discovery", params(ListParams, EventFilterParams),
+#[utoipa::path(get, path = "/v1/events", tag = "discovery", params(ListQuery, EventFilter),
     responses((status = 200, body = EventListResponse), (status = 400, body = ErrorResponse),
         (status = 401, body = ErrorResponse), (status = 422, body = ValidationErrorResponse), (status = 429, body = ErrorResponse)))]
 pub async fn list_events(
     State(state): State<ApiState>,
     _caller: Caller,
-    q: ListQuery,
+    q: ListQuery<EventFilter>,
 ) -> Result<Json<EventListResponse>, ApiError> {
     let after = q.cursor("events")?;
     let catalog = state.catalog.snapshot();
     // An unknown series slug matches nothing (rather than everything).
     let series_by_slug = q
+        .filter
         .series_slug
         .as_ref()
         .map(|s| catalog.series_id_by_slug(s).unwrap_or("\0").to_string());
@@ -127,12 +128,15 @@ pub async fn list_events(
         q.limit,
         |e| {
             let series = e.series_id.as_deref();
-            q.series_id.as_deref().is_none_or(|id| series == Some(id))
+            q.filter
+                .series_id
+                .as_deref()
+                .is_none_or(|id| series == Some(id))
                 && series_by_slug
                     .as_deref()
                     .is_none_or(|id| series == Some(id))
-                && q.start_date.keeps(e.start_date)
-                && q.end_date.keeps(e.end_date)
+                && q.start_date().keeps(e.start_date)
+                && q.end_date().keeps(e.end_date)
                 && q.keeps_tags(&e.tags)
         },
     );
@@ -144,17 +148,18 @@ pub async fn list_events(
 }
 
 /// List markets with their tokens.
-#[utoipa::path(get, path = "/v1/markets", tag = "discovery", params(ListParams, MarketFilterParams),
+#[utoipa::path(get, path = "/v1/markets", tag = "discovery", params(ListQuery, MarketFilter),
     responses((status = 200, body = MarketListResponse), (status = 400, body = ErrorResponse),
         (status = 401, body = ErrorResponse), (status = 422, body = ValidationErrorResponse), (status = 429, body = ErrorResponse)))]
 pub async fn list_markets(
     State(state): State<ApiState>,
     _caller: Caller,
-    q: ListQuery,
+    q: ListQuery<MarketFilter>,
 ) -> Result<Json<MarketListResponse>, ApiError> {
     let after = q.cursor("markets")?;
     let catalog = state.catalog.snapshot();
     let event_by_slug = q
+        .filter
         .event_slug
         .as_ref()
         .map(|s| catalog.event_id_by_slug(s).unwrap_or("\0").to_string());
@@ -167,10 +172,13 @@ pub async fn list_markets(
         q.limit,
         |m| {
             let event = m.event_id.as_deref();
-            q.event_id.as_deref().is_none_or(|id| event == Some(id))
+            q.filter
+                .event_id
+                .as_deref()
+                .is_none_or(|id| event == Some(id))
                 && event_by_slug.as_deref().is_none_or(|id| event == Some(id))
-                && q.start_date.keeps(m.start_date)
-                && q.end_date.keeps(m.end_date)
+                && q.start_date().keeps(m.start_date)
+                && q.end_date().keeps(m.end_date)
                 && q.keeps_tags(catalog.event_of(m).map_or(&no_tags, |e| &e.tags))
         },
     );

@@ -10,7 +10,7 @@ use crate::auth::Caller;
 use crate::cursor;
 use crate::error::ApiError;
 use crate::plans::DataPoint;
-use crate::query::{HistoryParams, HistoryQuery};
+use crate::query::HistoryQuery;
 use crate::ApiState;
 use axum::extract::{Path, State};
 use axum::Json;
@@ -70,8 +70,7 @@ fn book_points(points: Vec<read::BookPoint>) -> Result<Vec<BookPoint>, ApiError>
         .map(|b| {
             let raw = |s: String| {
                 RawValue::from_string(s).map_err(|e| {
-                    tracing::error!(error = %e, "stored book levels are not JSON");
-                    ApiError::Internal
+                    ApiError::invariant(format!("stored book levels are not JSON: {e}"))
                 })
             };
             Ok(BookPoint {
@@ -174,7 +173,7 @@ fn token_map(market: &MarketRecord) -> BTreeMap<String, String> {
 
 /// Price history of one token: the average probability per bucket.
 #[utoipa::path(get, path = "/v1/tokens/{token_id}/prices", tag = "history",
-    params(("token_id" = String, Path, min_length = 1, max_length = 200), HistoryParams),
+    params(("token_id" = String, Path, min_length = 1, max_length = 200), HistoryQuery),
     responses((status = 200, body = TokenPricesResponse), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
         (status = 403, body = ErrorResponse), (status = 404, body = ErrorResponse), (status = 422, body = ValidationErrorResponse),
         (status = 429, body = ErrorResponse)))]
@@ -204,7 +203,7 @@ pub async fn token_prices(
 
 /// Order-book history of one token: the last snapshot per bucket.
 #[utoipa::path(get, path = "/v1/tokens/{token_id}/books", tag = "history",
-    params(("token_id" = String, Path, min_length = 1, max_length = 200), HistoryParams),
+    params(("token_id" = String, Path, min_length = 1, max_length = 200), HistoryQuery),
     responses((status = 200, body = TokenBooksResponse), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
         (status = 403, body = ErrorResponse), (status = 404, body = ErrorResponse), (status = 422, body = ValidationErrorResponse),
         (status = 429, body = ErrorResponse)))]
@@ -231,7 +230,7 @@ pub async fn token_books(
 
 /// Price history for every token of a market, keyed by token label.
 #[utoipa::path(get, path = "/v1/markets/{id_or_slug}/prices", tag = "history",
-    params(("id_or_slug" = String, Path, min_length = 1, max_length = 200), HistoryParams),
+    params(("id_or_slug" = String, Path, min_length = 1, max_length = 200), HistoryQuery),
     responses((status = 200, body = MarketPricesResponse), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
         (status = 403, body = ErrorResponse), (status = 404, body = ErrorResponse), (status = 422, body = ValidationErrorResponse),
         (status = 429, body = ErrorResponse)))]
@@ -264,7 +263,7 @@ pub async fn market_prices(
 
 /// Order-book history for every token of a market, keyed by token label.
 #[utoipa::path(get, path = "/v1/markets/{id_or_slug}/books", tag = "history",
-    params(("id_or_slug" = String, Path, min_length = 1, max_length = 200), HistoryParams),
+    params(("id_or_slug" = String, Path, min_length = 1, max_length = 200), HistoryQuery),
     responses((status = 200, body = MarketBooksResponse), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
         (status = 403, body = ErrorResponse), (status = 404, body = ErrorResponse), (status = 422, body = ValidationErrorResponse),
         (status = 429, body = ErrorResponse)))]
@@ -298,7 +297,7 @@ pub async fn market_books(
 
 /// Volume, liquidity and spread history of a market (bucket averages).
 #[utoipa::path(get, path = "/v1/markets/{id_or_slug}/metrics", tag = "history",
-    params(("id_or_slug" = String, Path, min_length = 1, max_length = 200), HistoryParams),
+    params(("id_or_slug" = String, Path, min_length = 1, max_length = 200), HistoryQuery),
     responses((status = 200, body = MetricsResponse), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
         (status = 403, body = ErrorResponse), (status = 404, body = ErrorResponse), (status = 422, body = ValidationErrorResponse),
         (status = 429, body = ErrorResponse)))]
