@@ -159,6 +159,31 @@ pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
         "Refused API keys, by reason.",
     ),
     (
+        INGEST_IN_FLIGHT,
+        Unit::Count,
+        "Events sent to the log and not yet confirmed (Kafka).",
+    ),
+    (
+        KAFKA_DELIVERY_ERRORS,
+        Unit::Count,
+        "Records the broker did not confirm (Kafka), by reason.",
+    ),
+    (
+        INGEST_BACKPRESSURE,
+        Unit::Count,
+        "Batches refused because the in-flight budget was exhausted (503).",
+    ),
+    (
+        API_FORBIDDEN,
+        Unit::Count,
+        "Requests refused by the plan (403), by reason.",
+    ),
+    (
+        API_RATE_LIMITED,
+        Unit::Count,
+        "Requests refused for exceeding the rate limit (429).",
+    ),
+    (
         STORE_QUERY_SECONDS,
         Unit::Seconds,
         "Read-store query latency, by operation.",
