@@ -8,12 +8,15 @@
 
 use clap::Parser;
 use hindsight::config::Cli;
+use std::io::IsTerminal;
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
         .with_writer(std::io::stderr)
+        // Colour for a person at a terminal; plain text for files and journald.
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
