@@ -7,6 +7,7 @@
 
 mod api_contract;
 mod cli;
+mod faults;
 mod helpers;
 mod ingest_validation;
 mod ops;
