@@ -193,7 +193,7 @@ async fn a_projector_dying_between_rows_and_position_neither_loses_nor_double_co
     .unwrap();
     // 1 000 ticks over 4 tokens and 10 minutes, appended in 10 batches.
     let log = backends.log().unwrap();
-    let ticks = 1_000;
+    let ticks: i64 = 1_000;
     for batch in 0..10 {
         let events = (batch * 100..(batch + 1) * 100)
             .map(|i| {
@@ -233,7 +233,7 @@ async fn a_projector_dying_between_rows_and_position_neither_loses_nor_double_co
     let committed = || scalar(&store_db, "SELECT MAX(next_offset) FROM consumed");
     let before = committed();
     assert!(
-        before > 0 && before < ticks as i64,
+        before > 0 && before < ticks,
         "two steps durable, the third's rows without its position: {before}"
     );
     let folded = scalar(
@@ -249,12 +249,12 @@ async fn a_projector_dying_between_rows_and_position_neither_loses_nor_double_co
     drop(first);
     let mut second = Projector::new(backends.source().unwrap(), store, cfg);
     second.catch_up().await.unwrap();
-    assert_eq!(committed(), ticks as i64);
+    assert_eq!(committed(), ticks);
     for res in ["1m", "5m", "10m", "15m", "1h", "6h", "1d"] {
         let counted = scalar(
             &store_db,
             &format!("SELECT SUM(count) FROM price_buckets WHERE res = '{res}'"),
         );
-        assert_eq!(counted, ticks as i64, "{res}: every tick exactly once");
+        assert_eq!(counted, ticks, "{res}: every tick exactly once");
     }
 }
