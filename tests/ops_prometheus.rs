@@ -1,11 +1,15 @@
-//! Operations: a real Prometheus server scrapes a running `hindsight dev`
-//! while traffic flows, and its HTTP API shows the key series moving as the
-//! traffic did; `promtool check metrics` accepts every service's /metrics.
-//! (Prometheus and promtool come from Debian's `prometheus` package.)
+//! Operations: a real Prometheus server scrapes `hindsight dev`'s services,
+//! running in this process, while traffic flows, and its HTTP API shows the
+//! key series moving exactly as the traffic did. (Prometheus and promtool
+//! come from Debian's `prometheus` package.)
+//!
+//! Its own test binary: the metrics registry is one per process, and the
+//! exact counts below hold only when no other test's traffic adds to them.
+//! `tests/app/ops.rs` checks every service's /metrics with promtool.
 
-mod common;
-use common::*;
-use std::io::Write;
+#[path = "app/helpers.rs"]
+mod helpers;
+use helpers::*;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -48,34 +52,11 @@ async fn wait_value(prom: &str, q: &str, want: f64) {
     }
 }
 
-fn promtool_accepts(name: &str, metrics: &str) {
-    let mut child = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool is installed (Debian package prometheus)");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(metrics.as_bytes())
-        .unwrap();
-    let out = child.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics rejects {name}: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 #[tokio::test(flavor = "multi_thread")]
 async fn prometheus_scrapes_the_series_as_traffic_moves_them() {
-    let dev = Dev::start("prometheus", &[]);
+    let dev = spawn_dev("prometheus").await;
     let dir = temp_dir("prometheus-server");
-    let target = dev.base.trim_start_matches("http://").to_string();
+    let target = dev.api.trim_start_matches("http://").to_string();
     std::fs::write(
         dir.join("prometheus.yml"),
         format!("global:\n  scrape_interval: 1s\nscrape_configs:\n  - job_name: hindsight\n    static_configs:\n      - targets: ['{target}']\n"),
@@ -122,7 +103,12 @@ async fn prometheus_scrapes_the_series_as_traffic_moves_them() {
     }
     for _ in 0..3 {
         assert_eq!(
-            client().get(dev.url(&path)).send().await.unwrap().status(),
+            client()
+                .get(dev.api_url(&path))
+                .send()
+                .await
+                .unwrap()
+                .status(),
             401
         );
     }
@@ -186,7 +172,7 @@ async fn prometheus_scrapes_the_series_as_traffic_moves_them() {
     wait_value(&prom, "sum(hindsight_ingest_events_rejected_total)", 2.0).await;
 
     let body = client()
-        .get(dev.url("/metrics"))
+        .get(dev.api_url("/metrics"))
         .send()
         .await
         .unwrap()
@@ -196,106 +182,22 @@ async fn prometheus_scrapes_the_series_as_traffic_moves_them() {
     promtool_accepts("hindsight dev", &body);
 }
 
-#[tokio::test(flavor = "multi_thread")]
-async fn every_service_serves_metrics_promtool_accepts_and_probes() {
-    let dir = temp_dir("services-metrics");
-    let (ingest_port, ingest_ops, projector_ops, api_port, api_ops) = (
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-        free_port(),
-    );
-    let run = |args: Vec<String>| {
-        Killed(
-            Command::new(bin())
-                .args(&args)
-                .arg("--data-dir")
-                .arg(&dir)
-                .env("HINDSIGHT_INGEST_TOKEN", INGEST_TOKEN)
-                .stdout(Stdio::null())
-                .spawn()
-                .unwrap(),
-        )
-    };
-    let _ingest = run(vec![
-        "ingest".into(),
-        "--listen".into(),
-        format!("127.0.0.1:{ingest_port}"),
-        "--metrics-listen".into(),
-        format!("127.0.0.1:{ingest_ops}"),
-    ]);
-    let _projector = run(vec![
-        "projector".into(),
-        "--metrics-listen".into(),
-        format!("127.0.0.1:{projector_ops}"),
-    ]);
-    let _api = run(vec![
-        "api".into(),
-        "--listen".into(),
-        format!("127.0.0.1:{api_port}"),
-        "--metrics-listen".into(),
-        format!("127.0.0.1:{api_ops}"),
-    ]);
-    for (name, port) in [
-        ("ingest", ingest_ops),
-        ("projector", projector_ops),
-        ("api", api_ops),
-    ] {
-        let base = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let ready = loop {
-            if let Ok(r) = client().get(format!("{base}/readyz")).send().await {
-                break r;
-            }
-            assert!(Instant::now() < deadline, "{name} never answered");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        };
-        assert_eq!(ready.status(), 200, "{name} is ready");
-        assert_eq!(
-            client()
-                .get(format!("{base}/livez"))
-                .send()
-                .await
-                .unwrap()
-                .status(),
-            200
-        );
-        // Some traffic so the families have samples.
-        if name == "ingest" {
-            let r = client()
-                .post(format!("http://127.0.0.1:{ingest_port}/ingest/v1/events"))
-                .bearer_auth(INGEST_TOKEN)
-                .body(format!("{}\n{{bad", price_line("m", "t", DAY, 0.5)))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 200);
-        }
-        if name == "api" {
-            let r = client()
-                .get(format!("http://127.0.0.1:{api_port}/v1/health"))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 401);
-            // The service port does not serve /metrics when it has its own.
-            let r = client()
-                .get(format!("http://127.0.0.1:{api_port}/metrics"))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(r.status(), 404);
-        }
-        let body = client()
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
-        assert!(body.contains("hindsight_"), "{name}: {body}");
-        promtool_accepts(name, &body);
+/// A loopback port free right now (for Prometheus, which cannot be handed
+/// a bound socket).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A child process killed (SIGKILL) and reaped on drop.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
     }
 }

@@ -27,6 +27,9 @@ pub struct Caller {
     pub key: ApiKeyRecord,
     pub plan: Plan,
     pub rate: RateState,
+    /// When the request was authenticated, from the API's clock: its rate
+    /// window and its plan's lookback are measured from this instant.
+    pub now: Timestamp,
 }
 
 impl<S: Send + Sync> FromRequestParts<S> for Caller {
@@ -66,8 +69,13 @@ async fn identify(state: &ApiState, parts: &Parts) -> Result<(ApiKeyRecord, Plan
 }
 
 /// Counts the request in the key's window, shared by every API process.
-async fn count(state: &ApiState, key: &ApiKeyRecord, plan: &Plan) -> Result<RateState, ApiError> {
-    let now = Timestamp::now().millis();
+async fn count(
+    state: &ApiState,
+    key: &ApiKeyRecord,
+    plan: &Plan,
+    now: Timestamp,
+) -> Result<RateState, ApiError> {
+    let now = now.millis();
     let window = now.div_euclid(WINDOW_MS) * WINDOW_MS;
     let reset_at = (window + WINDOW_MS) / 1000;
     let Some(limit) = plan.requests_per_minute else {
@@ -99,9 +107,15 @@ async fn count(state: &ApiState, key: &ApiKeyRecord, plan: &Plan) -> Result<Rate
 /// The `/v1` guard: authenticate, count, run the handler, add headers.
 pub async fn authenticate(State(state): State<ApiState>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
+    let now = state.clock.now();
     let caller = match identify(&state, &parts).await {
-        Ok((key, plan)) => match count(&state, &key, &plan).await {
-            Ok(rate) => Caller { key, plan, rate },
+        Ok((key, plan)) => match count(&state, &key, &plan, now).await {
+            Ok(rate) => Caller {
+                key,
+                plan,
+                rate,
+                now,
+            },
             Err(e) => return e.into_response(),
         },
         Err(e) => return e.into_response(),

@@ -42,6 +42,8 @@ pub struct ApiState {
     pub keys: Arc<dyn AuthStore>,
     pub plans: Arc<plans::Plans>,
     pub catalog: Arc<Catalog>,
+    /// "Now" for rate-limit windows and plan lookback (tests move it).
+    pub clock: Arc<dyn hindsight_schemas::time::Clock>,
 }
 
 pub fn router(state: ApiState) -> Router {

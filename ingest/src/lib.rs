@@ -3,9 +3,7 @@
 //! - [`batch`]: one NDJSON body → validated events and numbered rejects.
 //! - [`http`]: `POST /ingest/v1/events`, acknowledged only once durable.
 //! - [`backfill`]: the same for files, with progress and a rejects file.
-//! - [`demo`]: a deterministic generator of realistic markets for `dev`.
 
 pub mod backfill;
 pub mod batch;
-pub mod demo;
 pub mod http;

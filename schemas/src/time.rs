@@ -77,6 +77,49 @@ impl Timestamp {
     }
 }
 
+/// Where "now" comes from, for the rules that depend on it: the API's
+/// rate-limit windows and plan lookback. Services hold an `Arc<dyn Clock>`
+/// so tests can pin and move time instead of sleeping across a window.
+pub trait Clock: Send + Sync + 'static {
+    fn now(&self) -> Timestamp;
+}
+
+/// The wall clock, for every deployment.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> Timestamp {
+        Timestamp::now()
+    }
+}
+
+/// A clock that stands still until told to move: tests set it to an
+/// instant of their choosing and advance it past window boundaries.
+#[derive(Debug)]
+pub struct ManualClock(std::sync::atomic::AtomicI64);
+
+impl ManualClock {
+    pub fn new(at: Timestamp) -> Self {
+        ManualClock(std::sync::atomic::AtomicI64::new(at.0))
+    }
+
+    pub fn set(&self, at: Timestamp) {
+        self.0.store(at.0, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn advance(&self, by: std::time::Duration) {
+        self.0
+            .fetch_add(by.as_millis() as i64, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now(&self) -> Timestamp {
+        Timestamp(self.0.load(std::sync::atomic::Ordering::SeqCst))
+    }
+}
+
 /// A timestamp that serializes as ISO 8601 UTC text (`2025-09-01T00:00:00Z`,
 /// with `.mmm` when it has milliseconds) without allocating: history pages
 /// write hundreds of them per response.

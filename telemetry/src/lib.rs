@@ -163,9 +163,24 @@ pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
         "Refused API keys, by reason.",
     ),
     (
+        INGEST_IN_FLIGHT,
+        Unit::Count,
+        "Events sent to the log and not yet confirmed (Kafka).",
+    ),
+    (
+        KAFKA_DELIVERY_ERRORS,
+        Unit::Count,
+        "Records the broker did not confirm (Kafka), by reason.",
+    ),
+    (
+        INGEST_BACKPRESSURE,
+        Unit::Count,
+        "Batches refused because the in-flight budget was exhausted (503).",
+    ),
+    (
         API_FORBIDDEN,
         Unit::Count,
-        "API requests refused by the plan (403), by reason.",
+        "Requests refused by the plan (403), by reason.",
     ),
     (
         API_RATE_LIMITED,

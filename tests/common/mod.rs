@@ -1,13 +1,13 @@
-//! Test harness: runs the real `hindsight` binary on a random port and talks
-//! HTTP to it, as a pipeline and an API client would.
+//! Helpers of the tests that run the real `hindsight` binary as separate
+//! processes (the SIGKILL crash test, the Kafka tests). Tests that can run
+//! the services in process live in `tests/app/`.
 #![allow(dead_code)]
 
 pub mod kafka;
 
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::process::{Child, Command};
+use std::time::Duration;
 
 pub const API_KEY: &str = "hsk_test_key_for_end_to_end_tests";
 pub const INGEST_TOKEN: &str = "hsi_test_ingest_token";
@@ -23,116 +23,11 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
-/// A running `hindsight dev`, killed on drop.
-pub struct Dev {
-    pub child: Child,
-    pub base: String,
-    pub data_dir: PathBuf,
-}
-
-impl Dev {
-    pub fn start(name: &str, extra: &[&str]) -> Dev {
-        Self::start_in(&temp_dir(name), extra)
-    }
-
-    pub fn start_in(data_dir: &Path, extra: &[&str]) -> Dev {
-        let mut child = Command::new(bin())
-            .args(["dev", "--no-demo", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data_dir)
-            .args(extra)
-            .env("HINDSIGHT_DEMO_API_KEY", API_KEY)
-            .env("HINDSIGHT_INGEST_TOKEN", INGEST_TOKEN)
-            .env("HINDSIGHT_LOG", "warn")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("hindsight binary starts");
-        let base = read_base_url(&mut child);
-        Dev {
-            child,
-            base,
-            data_dir: data_dir.to_path_buf(),
-        }
-    }
-
-    pub fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-}
-
-impl Drop for Dev {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// Reads the welcome lines until the API address appears.
-fn read_base_url(child: &mut Child) -> String {
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while Instant::now() < deadline {
-        let Some(Ok(line)) = lines.next() else { break };
-        if let Some(rest) = line.trim_start().strip_prefix("API") {
-            let url = rest.split_whitespace().next().unwrap();
-            let base = url.trim_end_matches("/v1").to_string();
-            // Keep draining stdout so the child never blocks on a full pipe.
-            std::thread::spawn(move || for _ in lines {});
-            return base;
-        }
-    }
-    panic!("hindsight dev did not print its address");
-}
-
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap()
-}
-
-/// POSTs an NDJSON body to ingest; returns status and JSON body.
-pub async fn ingest(dev: &Dev, body: String) -> (u16, serde_json::Value) {
-    let r = client()
-        .post(dev.url("/ingest/v1/events"))
-        .bearer_auth(INGEST_TOKEN)
-        .body(body)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(serde_json::Value::Null))
-}
-
-pub async fn get(dev: &Dev, path: &str) -> (u16, serde_json::Value) {
-    let r = client()
-        .get(dev.url(path))
-        .header("X-API-Key", API_KEY)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(serde_json::Value::Null))
-}
-
-/// Polls `path` until `done` holds for the JSON body, or panics after 20 s.
-pub async fn wait_for(
-    dev: &Dev,
-    path: &str,
-    done: impl Fn(&serde_json::Value) -> bool,
-) -> serde_json::Value {
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let (status, body) = get(dev, path).await;
-        if status == 200 && done(&body) {
-            return body;
-        }
-        if Instant::now() > deadline {
-            panic!("timed out waiting for {path}: last answer {status} {body}");
-        }
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
 }
 
 /// A catalog line for a Yes/No market `m` with tokens `{m}-yes`, `{m}-no`.
@@ -179,25 +74,6 @@ pub fn keys_cli(data_dir: &Path, args: &[&str]) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     String::from_utf8(out.stdout).unwrap()
-}
-
-/// GET with a given key (or none); status, headers and JSON body.
-pub async fn get_as(
-    dev: &Dev,
-    key: Option<&str>,
-    path: &str,
-) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
-    let mut req = client().get(dev.url(path));
-    if let Some(k) = key {
-        req = req.header("X-API-Key", k);
-    }
-    let r = req.send().await.unwrap();
-    let (status, headers) = (r.status().as_u16(), r.headers().clone());
-    (
-        status,
-        headers,
-        r.json().await.unwrap_or(serde_json::Value::Null),
-    )
 }
 
 /// A number from an SQLite file of a data directory; 0 until it exists.

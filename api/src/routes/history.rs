@@ -26,7 +26,7 @@ pub const MAX_MARKET_TOKENS: usize = 200;
 fn check(caller: &Caller, point: DataPoint, q: &HistoryQuery) -> Result<(), ApiError> {
     caller
         .plan
-        .check_history(point, q.resolution, q.start, Timestamp::now())
+        .check_history(point, q.resolution, q.start, caller.now)
 }
 
 async fn token(state: &ApiState, token_id: String) -> Result<TokenRef, ApiError> {

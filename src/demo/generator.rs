@@ -1,4 +1,5 @@
-//! A deterministic generator of realistic prediction markets, for `dev`.
+//! A deterministic generator of realistic prediction markets, for `dev` and
+//! `hindsight feed`.
 //!
 //! Series → events → markets, binary (Yes/No) and multi-outcome. Each market
 //! carries a vector of logits doing a random walk; token probabilities are

@@ -1,8 +1,7 @@
 //! Ingest over HTTP → log → projector → read store → /v1, on the embedded
 //! default, checked against averages computed independently here.
 
-mod common;
-use common::*;
+use crate::helpers::*;
 use std::collections::BTreeMap;
 
 /// 2025-09-01T00:00:00Z
@@ -68,7 +67,13 @@ fn chrono_like(secs: i64) -> String {
 }
 
 /// Reads every page of a token's prices (following `next_cursor`).
-async fn all_pages(dev: &Dev, token: &str, res: &str, start: i64, end: i64) -> Vec<(String, f64)> {
+async fn all_pages(
+    app: &TestApp,
+    token: &str,
+    res: &str,
+    start: i64,
+    end: i64,
+) -> Vec<(String, f64)> {
     let mut out = Vec::new();
     let mut cursor = String::new();
     loop {
@@ -76,7 +81,7 @@ async fn all_pages(dev: &Dev, token: &str, res: &str, start: i64, end: i64) -> V
             "/v1/tokens/{token}/prices?start_ts={start}&end_ts={}&resolution={res}&limit=200{cursor}",
             iso(end)
         );
-        let (status, body) = get(dev, &path).await;
+        let (status, body) = get(app, &path).await;
         assert_eq!(status, 200, "{body}");
         for point in body["data"].as_array().unwrap() {
             out.push((
@@ -91,16 +96,16 @@ async fn all_pages(dev: &Dev, token: &str, res: &str, start: i64, end: i64) -> V
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ticks_ingested_over_http_come_back_as_exact_bucket_averages() {
-    let dev = Dev::start("e2e", &[]);
+    let app = spawn_app("e2e").await;
     let ticks = ticks();
     let mut body = market_line("m1") + "\n";
     for (t, p) in &ticks {
         body += &price_line("m1", "m1-yes", *t, *p);
         body += "\n";
     }
-    let (status, ack) = ingest(&dev, body).await;
+    let (status, ack) = ingest(&app, body).await;
     assert_eq!(status, 200, "{ack}");
     assert_eq!(ack["accepted"], ticks.len() + 1);
     assert_eq!(ack["rejected_count"], 0);
@@ -109,7 +114,7 @@ async fn ticks_ingested_over_http_come_back_as_exact_bucket_averages() {
     // Everything acknowledged becomes visible: wait for the last 1d bucket.
     let n = ticks.len();
     let day2 = format!("/v1/tokens/m1-yes/prices?start_ts={start}&end_ts={end}&resolution=1d");
-    wait_for(&dev, &day2, |b| {
+    wait_for(&app, &day2, |b| {
         b["data"].as_array().is_some_and(|d| d.len() == 2)
     })
     .await;
@@ -117,14 +122,14 @@ async fn ticks_ingested_over_http_come_back_as_exact_bucket_averages() {
         "/v1/tokens/m1-yes/prices?start_ts={}&end_ts={end}&resolution=1m&limit=1",
         DAY + 86_400 + 19 * 60
     );
-    wait_for(&dev, &h1, |b| {
+    wait_for(&app, &h1, |b| {
         b["data"].as_array().is_some_and(|d| d.len() == 1)
     })
     .await;
 
     for (res, width) in [("1m", 60), ("1h", 3600), ("6h", 21_600), ("1d", 86_400)] {
         let want = expected(&ticks, width);
-        let got = all_pages(&dev, "m1-yes", res, start, end).await;
+        let got = all_pages(&app, "m1-yes", res, start, end).await;
         assert_eq!(
             got.len(),
             want.len(),
@@ -136,7 +141,7 @@ async fn ticks_ingested_over_http_come_back_as_exact_bucket_averages() {
         }
     }
     // Bucket starts fall on UTC day and 6 h boundaries.
-    let six = all_pages(&dev, "m1-yes", "6h", start, end).await;
+    let six = all_pages(&app, "m1-yes", "6h", start, end).await;
     let starts: Vec<&str> = six.iter().map(|(t, _)| t.as_str()).collect();
     assert_eq!(
         starts,
@@ -147,7 +152,7 @@ async fn ticks_ingested_over_http_come_back_as_exact_bucket_averages() {
             "2025-09-02T00:00:00Z"
         ]
     );
-    let daily = all_pages(&dev, "m1-yes", "1d", start, end).await;
+    let daily = all_pages(&app, "m1-yes", "1d", start, end).await;
     assert_eq!(daily[0].0, "2025-09-01T00:00:00Z");
     assert_eq!(daily[1].0, "2025-09-02T00:00:00Z");
     assert!(
@@ -157,7 +162,7 @@ async fn ticks_ingested_over_http_come_back_as_exact_bucket_averages() {
 
     // Half-open range: end_ts excludes the bucket that starts at it.
     let (_, b) = get(
-        &dev,
+        &app,
         &format!(
             "/v1/tokens/m1-yes/prices?start_ts={}&end_ts={}&resolution=1h",
             DAY + 18 * 3600,
@@ -170,10 +175,10 @@ async fn ticks_ingested_over_http_come_back_as_exact_bucket_averages() {
     assert_eq!(b["token_label"], "Yes");
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_gzip_and_idempotent_retries() {
     use std::io::Write;
-    let dev = Dev::start("gzip", &[]);
+    let app = spawn_app("gzip").await;
     let body = format!(
         "{}\n{}\n",
         market_line("g1"),
@@ -184,7 +189,7 @@ async fn ingest_gzip_and_idempotent_retries() {
     let gz = gz.finish().unwrap();
     let send = |key: &'static str| {
         client()
-            .post(dev.url("/ingest/v1/events"))
+            .post(app.ingest_url("/ingest/v1/events"))
             .bearer_auth(INGEST_TOKEN)
             .header("Content-Encoding", "gzip")
             .header("Idempotency-Key", key)
@@ -205,11 +210,11 @@ async fn ingest_gzip_and_idempotent_retries() {
         "/v1/tokens/g1-yes/prices?start_ts={DAY}&end_ts={}&resolution=1m",
         DAY + 60
     );
-    wait_for(&dev, &path, |b| {
+    wait_for(&app, &path, |b| {
         b["data"].as_array().is_some_and(|d| d.len() == 1)
     })
     .await;
-    let store = rusqlite::Connection::open(dev.data_dir.join("store.db")).unwrap();
+    let store = rusqlite::Connection::open(app.data_dir.join("store.db")).unwrap();
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
     loop {
         let count: i64 = store

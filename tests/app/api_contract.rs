@@ -1,10 +1,11 @@
 //! The /v1 contract of SPEC.md: every refusal with its status and exact
 //! text, plans, rate limits across API processes, discovery and paging.
 
-mod common;
-use common::*;
+use crate::helpers::*;
+use hindsight::backends::{BackendConfig, Backends, Uses};
+use hindsight::services::api::ApiConfig;
+use hindsight::services::Listeners;
 use serde_json::Value;
-use std::process::{Command, Stdio};
 
 const DAY: i64 = 1_756_684_800; // 2025-09-01
 
@@ -19,16 +20,23 @@ fn plans_file(dir: &std::path::Path) -> std::path::PathBuf {
     path
 }
 
-/// A dev server seeded with a catalog and ticks, and keys of every plan.
+/// A app server seeded with a catalog and ticks, and keys of every plan.
 struct Seeded {
-    dev: Dev,
+    app: TestApp,
     plans: std::path::PathBuf,
 }
 
 async fn seeded(name: &str) -> Seeded {
     let dir = temp_dir(name);
     let plans = plans_file(&dir);
-    let dev = Dev::start_in(&dir, &["--plans-file", plans.to_str().unwrap()]);
+    let app = spawn_app_in(
+        &dir,
+        Options {
+            plans_file: Some(plans.clone()),
+            ..Options::default()
+        },
+    )
+    .await;
     let mut lines = vec![
         r#"{"kind":"series","id":"s-pol","slug":"politics-series","title":"US Politics","tags":["politics","us"],"updated_at":"2025-08-02T00:00:00Z"}"#.to_string(),
         r#"{"kind":"series","id":"s-cry","slug":"crypto-series","title":"Crypto","tags":["crypto"],"updated_at":"2025-08-03T00:00:00Z"}"#.to_string(),
@@ -70,10 +78,10 @@ async fn seeded(name: &str) -> Seeded {
         lines.push(format!(r#"{{"kind":"book","market_id":"mk{m:02}","token_id":"mk{m:02}-y","ts":{DAY},"bids":[[0.4,1]],"asks":[[0.6,1]]}}"#));
         lines.push(format!(r#"{{"kind":"metrics","market_id":"mk{m:02}","ts":{DAY},"volume":10,"liquidity":5,"spread":0.1}}"#));
     }
-    let (status, body) = ingest(&dev, lines.join("\n")).await;
+    let (status, body) = ingest(&app, lines.join("\n")).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["rejected_count"], 0, "{body}");
-    wait_for(&dev, "/v1/markets?limit=1000", |b| {
+    wait_for(&app, "/v1/markets?limit=1000", |b| {
         b["data"].as_array().is_some_and(|d| d.len() == 13)
     })
     .await;
@@ -81,11 +89,11 @@ async fn seeded(name: &str) -> Seeded {
         "/v1/tokens/mk01-n/prices?start_ts={DAY}&end_ts={}&resolution=1h",
         DAY + 86_400
     );
-    wait_for(&dev, &path, |b| {
+    wait_for(&app, &path, |b| {
         b["data"].as_array().is_some_and(|d| d.len() == 3)
     })
     .await;
-    Seeded { dev, plans }
+    Seeded { app, plans }
 }
 
 fn detail(body: &Value) -> &str {
@@ -113,14 +121,14 @@ fn hist(path: &str, extra: &str) -> String {
     )
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authentication_and_plans() {
     let s = seeded("auth").await;
-    let dev = &s.dev;
+    let app = &s.app;
     let path = hist("/v1/tokens/mk00-y/prices", "");
 
     // 401
-    let (st, h, b) = get_as(dev, None, &path).await;
+    let (st, h, b) = get_as(app, None, &path).await;
     assert_eq!(
         (st, detail(&b)),
         (
@@ -129,25 +137,25 @@ async fn authentication_and_plans() {
         )
     );
     assert!(h.contains_key("x-request-id"));
-    let (st, _, b) = get_as(dev, Some("hsk_not_a_key"), &path).await;
+    let (st, _, b) = get_as(app, Some("hsk_not_a_key"), &path).await;
     assert_eq!((st, detail(&b)), (401, "Invalid or expired API key."));
 
     // Keys from the CLI, against the running service's store.
-    let free = create_key(&dev.data_dir, "acme", "free", None);
-    let pro = create_key(&dev.data_dir, "acme", "pro", None);
+    let free = create_key(&app.data_dir, "acme", "free", None);
+    let pro = create_key(&app.data_dir, "acme", "pro", None);
     assert!(free.starts_with("hsk_") && free.len() > 60);
-    let listing = keys_cli(&dev.data_dir, &["list"]);
+    let listing = keys_cli(&app.data_dir, &["list"]);
     assert!(!listing.contains(&free), "keys are never shown again");
 
     // 403 by reason.
-    let (st, _, b) = get_as(dev, Some(&free), &hist("/v1/tokens/mk00-y/books", "")).await;
+    let (st, _, b) = get_as(app, Some(&free), &hist("/v1/tokens/mk00-y/books", "")).await;
     assert_eq!(st, 403);
     assert_eq!(
         detail(&b),
         "Your plan does not allow historical order books."
     );
     let (st, _, b) = get_as(
-        dev,
+        app,
         Some(&free),
         &path.replace("resolution=1h", "resolution=1m"),
     )
@@ -159,13 +167,13 @@ async fn authentication_and_plans() {
             "Your plan does not allow resolution 1m; the finest allowed is 1h."
         )
     );
-    let (st, _, b) = get_as(dev, Some(&free), &path).await;
+    let (st, _, b) = get_as(app, Some(&free), &path).await;
     assert_eq!(
         (st, detail(&b)),
         (403, "start_ts is beyond your plan's lookback of 30 days.")
     );
     let july = "/v1/tokens/mk00-y/prices?start_ts=2025-07-01T00:00:00Z&end_ts=2025-07-02T00:00:00Z&resolution=1h";
-    let (st, _, b) = get_as(dev, Some(&pro), july).await;
+    let (st, _, b) = get_as(app, Some(&pro), july).await;
     assert_eq!(
         (st, detail(&b)),
         (
@@ -173,7 +181,7 @@ async fn authentication_and_plans() {
             "History before 2025-08-01 is available on enterprise plans only."
         )
     );
-    let (st, _, b) = get_as(dev, Some(API_KEY), july).await;
+    let (st, _, b) = get_as(app, Some(API_KEY), july).await;
     assert_eq!(
         (st, b["data"].as_array().unwrap().len()),
         (200, 0),
@@ -189,19 +197,19 @@ async fn authentication_and_plans() {
         .next()
         .unwrap()
         .to_string();
-    let (st, _, _) = get_as(dev, Some(&free), &hist("/v1/tokens/mk00-y/books", "")).await;
+    let (st, _, _) = get_as(app, Some(&free), &hist("/v1/tokens/mk00-y/books", "")).await;
     assert_eq!(st, 403);
-    keys_cli(&dev.data_dir, &["set-plan", &key_id, "enterprise"]);
-    let (st, _, b) = get_as(dev, Some(&free), &hist("/v1/tokens/mk00-y/books", "")).await;
+    keys_cli(&app.data_dir, &["set-plan", &key_id, "enterprise"]);
+    let (st, _, b) = get_as(app, Some(&free), &hist("/v1/tokens/mk00-y/books", "")).await;
     assert_eq!(st, 200, "{b}");
-    keys_cli(&dev.data_dir, &["revoke", &key_id]);
-    let (st, _, b) = get_as(dev, Some(&free), "/v1/health").await;
+    keys_cli(&app.data_dir, &["revoke", &key_id]);
+    let (st, _, b) = get_as(app, Some(&free), "/v1/health").await;
     assert_eq!((st, detail(&b)), (401, "Invalid or expired API key."));
 
     // Health and usage.
-    let (st, _, b) = get_as(dev, Some(&pro), "/v1/health").await;
+    let (st, _, b) = get_as(app, Some(&pro), "/v1/health").await;
     assert_eq!((st, b["status"].as_str()), (200, Some("ok")));
-    let (_, h, b) = get_as(dev, Some(&pro), "/v1/usage").await;
+    let (_, h, b) = get_as(app, Some(&pro), "/v1/usage").await;
     assert_eq!(b["plan"], "pro");
     assert_eq!(b["organization"], "acme");
     assert_eq!(b["limits"]["requests_per_minute"], 600);
@@ -219,7 +227,7 @@ async fn authentication_and_plans() {
         b["reset_at"].to_string(),
         h["x-ratelimit-reset"].to_str().unwrap()
     );
-    let (_, h, b) = get_as(dev, Some(API_KEY), "/v1/usage").await;
+    let (_, h, b) = get_as(app, Some(API_KEY), "/v1/usage").await;
     assert_eq!(
         (b["plan"].as_str(), b["reset_at"].is_null()),
         (Some("enterprise"), true)
@@ -230,14 +238,14 @@ async fn authentication_and_plans() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn validation_errors_are_422_in_fastapi_shape_and_bad_values_400() {
     let s = seeded("validation").await;
-    let dev = &s.dev;
+    let app = &s.app;
     let k = Some(API_KEY);
     let base = "/v1/tokens/mk00-y/prices";
 
-    let (st, _, b) = get_as(dev, k, &format!("{base}?end_ts={DAY}&resolution=1h")).await;
+    let (st, _, b) = get_as(app, k, &format!("{base}?end_ts={DAY}&resolution=1h")).await;
     assert_eq!(st, 422);
     assert_eq!(
         first_issue(&b),
@@ -247,7 +255,7 @@ async fn validation_errors_are_422_in_fastapi_shape_and_bad_values_400() {
             "missing".into()
         )
     );
-    let (st, _, b) = get_as(dev, k, &hist(base, "").replace("1h", "2h")).await;
+    let (st, _, b) = get_as(app, k, &hist(base, "").replace("1h", "2h")).await;
     assert_eq!(st, 422);
     assert_eq!(
         first_issue(&b),
@@ -257,27 +265,27 @@ async fn validation_errors_are_422_in_fastapi_shape_and_bad_values_400() {
             "enum".into()
         )
     );
-    let (st, _, b) = get_as(dev, k, &hist(base, "&limit=0")).await;
+    let (st, _, b) = get_as(app, k, &hist(base, "&limit=0")).await;
     assert_eq!((st, first_issue(&b).2), (422, "greater_than_equal".into()));
-    let (st, _, b) = get_as(dev, k, &hist(base, "&limit=ten")).await;
+    let (st, _, b) = get_as(app, k, &hist(base, "&limit=ten")).await;
     assert_eq!((st, first_issue(&b).2), (422, "int_parsing".into()));
-    let (st, _, b) = get_as(dev, k, &hist(base, "&limit=500")).await;
+    let (st, _, b) = get_as(app, k, &hist(base, "&limit=500")).await;
     assert_eq!(
         (st, detail(&b)),
         (400, "Requested limit 500 exceeds the maximum of 200.")
     );
     let (st, _, b) = get_as(
-        dev,
+        app,
         k,
         &format!("{base}?start_ts=yesterday&end_ts={DAY}&resolution=1h"),
     )
     .await;
     assert_eq!(st, 400);
     assert!(detail(&b).starts_with("Invalid start_ts:"), "{b}");
-    let (st, _, b) = get_as(dev, k, &hist(base, "&cursor=h1deadbeef")).await;
+    let (st, _, b) = get_as(app, k, &hist(base, "&cursor=h1deadbeef")).await;
     assert_eq!((st, detail(&b)), (400, "Invalid pagination cursor"));
 
-    let (st, _, b) = get_as(dev, k, "/v1/markets?limit=1001").await;
+    let (st, _, b) = get_as(app, k, "/v1/markets?limit=1001").await;
     assert_eq!(st, 422);
     assert_eq!(
         first_issue(&b),
@@ -287,9 +295,9 @@ async fn validation_errors_are_422_in_fastapi_shape_and_bad_values_400() {
             "less_than_equal".into()
         )
     );
-    let (st, _, b) = get_as(dev, k, &format!("/v1/series?search={}", "a".repeat(201))).await;
+    let (st, _, b) = get_as(app, k, &format!("/v1/series?search={}", "a".repeat(201))).await;
     assert_eq!((st, first_issue(&b).2), (422, "string_too_long".into()));
-    let (st, _, b) = get_as(dev, k, "/v1/markets?sort=volume").await;
+    let (st, _, b) = get_as(app, k, "/v1/markets?sort=volume").await;
     assert_eq!(
         (st, first_issue(&b).1),
         (
@@ -297,14 +305,14 @@ async fn validation_errors_are_422_in_fastapi_shape_and_bad_values_400() {
             "Input should be 'created_at', 'updated_at', 'start_date' or 'end_date'".into()
         )
     );
-    let (st, _, b) = get_as(dev, k, "/v1/markets?order=up&tags_match=some").await;
+    let (st, _, b) = get_as(app, k, "/v1/markets?order=up&tags_match=some").await;
     assert_eq!(
         (st, b["detail"].as_array().unwrap().len()),
         (422, 2),
         "every failed parameter is listed"
     );
     let (st, _, b) = get_as(
-        dev,
+        app,
         k,
         "/v1/markets?start_date_min=2025-09-01&start_date_max=2025-08-01",
     )
@@ -313,15 +321,15 @@ async fn validation_errors_are_422_in_fastapi_shape_and_bad_values_400() {
         (st, detail(&b)),
         (400, "start_date_min must be <= start_date_max")
     );
-    let (st, _, b) = get_as(dev, k, "/v1/markets?start_date_min=soon").await;
+    let (st, _, b) = get_as(app, k, "/v1/markets?start_date_min=soon").await;
     assert_eq!(st, 400, "{b}");
-    let (st, _, b) = get_as(dev, k, "/v1/markets?cursor=l1garbage").await;
+    let (st, _, b) = get_as(app, k, "/v1/markets?cursor=l1garbage").await;
     assert_eq!((st, detail(&b)), (400, "Invalid pagination cursor"));
     // A cursor from another sort order is refused too.
-    let (_, _, b) = get_as(dev, k, "/v1/markets?limit=2&order=asc").await;
+    let (_, _, b) = get_as(app, k, "/v1/markets?limit=2&order=asc").await;
     let c = b["metadata"]["next_cursor"].as_str().unwrap().to_string();
     let (st, _, _) = get_as(
-        dev,
+        app,
         k,
         &format!("/v1/markets?limit=2&order=desc&cursor={c}"),
     )
@@ -330,7 +338,7 @@ async fn validation_errors_are_422_in_fastapi_shape_and_bad_values_400() {
 
     // Paths: 1..200 characters; unknown ids are 404.
     let (st, _, b) = get_as(
-        dev,
+        app,
         k,
         &hist(&format!("/v1/tokens/{}/prices", "x".repeat(201)), ""),
     )
@@ -339,15 +347,15 @@ async fn validation_errors_are_422_in_fastapi_shape_and_bad_values_400() {
         (st, first_issue(&b).0),
         (422, vec!["path".to_string(), "token_id".to_string()])
     );
-    let (st, _, b) = get_as(dev, k, &hist("/v1/tokens/nope/prices", "")).await;
+    let (st, _, b) = get_as(app, k, &hist("/v1/tokens/nope/prices", "")).await;
     assert_eq!((st, detail(&b)), (404, "Token not found"));
-    let (st, _, b) = get_as(dev, k, "/v1/markets/nope").await;
+    let (st, _, b) = get_as(app, k, "/v1/markets/nope").await;
     assert_eq!((st, detail(&b)), (404, "Market not found"));
-    let (st, _, _) = get_as(dev, k, &hist("/v1/markets/nope/metrics", "")).await;
+    let (st, _, _) = get_as(app, k, &hist("/v1/markets/nope/metrics", "")).await;
     assert_eq!(st, 404);
 
     // Market-level rules of SPEC §4.5.
-    let (st, _, b) = get_as(dev, k, &hist("/v1/markets/mk00/prices", "&limit=1")).await;
+    let (st, _, b) = get_as(app, k, &hist("/v1/markets/mk00/prices", "&limit=1")).await;
     assert_eq!(
         (st, detail(&b)),
         (
@@ -355,24 +363,24 @@ async fn validation_errors_are_422_in_fastapi_shape_and_bad_values_400() {
             "limit 1 is too small for market mk00 with 2 tokens; the minimum required is 2."
         )
     );
-    let (st, _, b) = get_as(dev, k, &hist("/v1/markets/big/prices", "")).await;
+    let (st, _, b) = get_as(app, k, &hist("/v1/markets/big/prices", "")).await;
     assert_eq!(st, 400);
     assert!(
         detail(&b).contains("has 201 tokens")
             && detail(&b).contains("/v1/tokens/{token_id}/prices"),
         "{b}"
     );
-    let (st, _, b) = get_as(dev, k, &hist("/v1/markets/big/books", "")).await;
+    let (st, _, b) = get_as(app, k, &hist("/v1/markets/big/books", "")).await;
     assert!(
         st == 400 && detail(&b).contains("/v1/tokens/{token_id}/books"),
         "{b}"
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn history_routes_page_chronologically() {
     let s = seeded("history").await;
-    let dev = &s.dev;
+    let app = &s.app;
     let k = Some(API_KEY);
     // Token prices at 1m: 180 points, pages of 50.
     let mut seen = Vec::new();
@@ -382,7 +390,7 @@ async fn history_routes_page_chronologically() {
             "/v1/tokens/mk00-y/prices?start_ts={DAY}&end_ts={}&resolution=1m&limit=50{cursor}",
             DAY + 86_400
         );
-        let (st, _, b) = get_as(dev, k, &path).await;
+        let (st, _, b) = get_as(app, k, &path).await;
         assert_eq!(st, 200, "{b}");
         assert_eq!(b["metadata"]["limit"], 50);
         assert_eq!(b["metadata"]["count"], b["data"].as_array().unwrap().len());
@@ -406,7 +414,7 @@ async fn history_routes_page_chronologically() {
 
     // Market prices: every token, label -> id, limit counts across tokens.
     let (st, _, b) = get_as(
-        dev,
+        app,
         k,
         &format!(
             "/v1/markets/market-00/prices?start_ts={DAY}&end_ts={}&resolution=1m&limit=10",
@@ -425,7 +433,7 @@ async fn history_routes_page_chronologically() {
     assert_eq!(b["metadata"]["count"], 10);
     let next = b["metadata"]["next_cursor"].as_str().unwrap();
     let (_, _, b2) = get_as(
-        dev,
+        app,
         k,
         &format!(
             "/v1/markets/mk00/prices?start_ts={DAY}&end_ts={}&resolution=1m&limit=10&cursor={next}",
@@ -439,22 +447,22 @@ async fn history_routes_page_chronologically() {
     );
 
     // Books (last snapshot) and metrics (averages).
-    let (_, _, b) = get_as(dev, k, &hist("/v1/markets/mk00/books", "")).await;
+    let (_, _, b) = get_as(app, k, &hist("/v1/markets/mk00/books", "")).await;
     assert_eq!(b["data"]["Yes"][0]["bids"], serde_json::json!([[0.4, 1.0]]));
     assert_eq!(b["data"]["No"], serde_json::json!([]));
-    let (_, _, b) = get_as(dev, k, &hist("/v1/tokens/mk00-y/books", "")).await;
+    let (_, _, b) = get_as(app, k, &hist("/v1/tokens/mk00-y/books", "")).await;
     assert_eq!(
         (b["token_label"].as_str(), b["data"][0]["asks"].clone()),
         (Some("Yes"), serde_json::json!([[0.6, 1.0]]))
     );
-    let (_, _, b) = get_as(dev, k, &hist("/v1/markets/mk01/metrics", "")).await;
+    let (_, _, b) = get_as(app, k, &hist("/v1/markets/mk01/metrics", "")).await;
     assert_eq!(
         b["data"][0],
         serde_json::json!({"t": "2025-09-01T00:00:00Z", "volume": 10.0, "liquidity": 5.0, "spread": 0.1})
     );
     // An empty range is an empty array.
     let (st, _, b) = get_as(
-        dev,
+        app,
         k,
         &format!("/v1/tokens/mk00-y/prices?start_ts={DAY}&end_ts={DAY}&resolution=1h"),
     )
@@ -469,10 +477,10 @@ async fn history_routes_page_chronologically() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn discovery_filters_sorts_and_pages_stably_while_the_catalog_changes() {
     let s = seeded("discovery").await;
-    let dev = &s.dev;
+    let app = &s.app;
     let k = Some(API_KEY);
     let ids = |b: &Value| -> Vec<String> {
         b["data"]
@@ -483,51 +491,51 @@ async fn discovery_filters_sorts_and_pages_stably_while_the_catalog_changes() {
             .collect()
     };
 
-    let (_, _, b) = get_as(dev, k, "/v1/markets?search=bitcoin&limit=100").await;
+    let (_, _, b) = get_as(app, k, "/v1/markets?search=bitcoin&limit=100").await;
     assert_eq!(
         ids(&b),
         ["mk11", "mk09", "mk07", "mk05", "mk03", "mk01"],
         "case-insensitive, updated_at desc"
     );
     let (_, _, b) = get_as(
-        dev,
+        app,
         k,
         "/v1/markets?search=MARKET-0&sort=start_date&order=asc&limit=3",
     )
     .await;
     assert_eq!(ids(&b), ["mk00", "mk01", "mk02"]);
-    let (_, _, b) = get_as(dev, k, "/v1/markets?event_slug=bitcoin-2026&limit=100").await;
+    let (_, _, b) = get_as(app, k, "/v1/markets?event_slug=bitcoin-2026&limit=100").await;
     assert_eq!(ids(&b).len(), 6);
     let (_, _, b) = get_as(
-        dev,
+        app,
         k,
         "/v1/markets?event_id=e-elec&start_date_min=2025-08-05&start_date_max=2025-08-09",
     )
     .await;
     assert_eq!(ids(&b), ["mk08", "mk06", "mk04"]);
-    let (_, _, b) = get_as(dev, k, "/v1/markets?tags=crypto&tags=politics&limit=100").await;
+    let (_, _, b) = get_as(app, k, "/v1/markets?tags=crypto&tags=politics&limit=100").await;
     assert_eq!(ids(&b).len(), 12, "any: OR");
-    let (_, _, b) = get_as(dev, k, "/v1/markets?tags=crypto,politics&tags_match=all").await;
+    let (_, _, b) = get_as(app, k, "/v1/markets?tags=crypto,politics&tags_match=all").await;
     assert_eq!(ids(&b).len(), 0, "all: AND");
     let (_, _, b) = get_as(
-        dev,
+        app,
         k,
         "/v1/markets?tags=politics,us&tags_match=all&limit=100",
     )
     .await;
     assert_eq!(ids(&b).len(), 6);
-    let (_, _, b) = get_as(dev, k, "/v1/series?search=CRYPTO").await;
+    let (_, _, b) = get_as(app, k, "/v1/series?search=CRYPTO").await;
     assert_eq!(ids(&b), ["s-cry"]);
-    let (_, _, b) = get_as(dev, k, "/v1/events?series_slug=politics-series").await;
+    let (_, _, b) = get_as(app, k, "/v1/events?series_slug=politics-series").await;
     assert_eq!(ids(&b), ["e-elec"]);
-    let (_, _, b) = get_as(dev, k, "/v1/events?series_id=s-cry").await;
+    let (_, _, b) = get_as(app, k, "/v1/events?series_id=s-cry").await;
     assert_eq!(ids(&b), ["e-btc"]);
-    let (_, _, b) = get_as(dev, k, "/v1/tags").await;
+    let (_, _, b) = get_as(app, k, "/v1/tags").await;
     assert_eq!(
         b,
         serde_json::json!({"count": 3, "data": ["crypto", "politics", "us"]})
     );
-    let (_, _, b) = get_as(dev, k, "/v1/markets/market-03").await;
+    let (_, _, b) = get_as(app, k, "/v1/markets/market-03").await;
     assert_eq!(
         (b["id"].as_str(), b["tokens"][1]["label"].as_str()),
         (Some("mk03"), Some("No"))
@@ -540,7 +548,7 @@ async fn discovery_filters_sorts_and_pages_stably_while_the_catalog_changes() {
     let mut round = 0;
     loop {
         let (st, _, b) = get_as(
-            dev,
+            app,
             k,
             &format!("/v1/markets?sort=created_at&order=asc&limit=4{cursor}"),
         )
@@ -554,8 +562,8 @@ async fn discovery_filters_sorts_and_pages_stably_while_the_catalog_changes() {
                 .chain([r#"{"kind":"market","id":"mk11","slug":"market-11","status":"closed","question":"q","tokens":[{"id":"mk11-y","label":"Yes"},{"id":"mk11-n","label":"No"}],"created_at":"2025-08-01T00:00:00Z","updated_at":"2025-10-01T00:00:00Z"}"#.to_string()])
                 .collect::<Vec<_>>()
                 .join("\n");
-            ingest(dev, new).await;
-            wait_for(dev, "/v1/markets?limit=1000", |b| {
+            ingest(app, new).await;
+            wait_for(app, "/v1/markets?limit=1000", |b| {
                 b["data"].as_array().is_some_and(|d| d.len() == 16)
             })
             .await;
@@ -578,34 +586,39 @@ async fn discovery_filters_sorts_and_pages_stably_while_the_catalog_changes() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rate_limits_hold_across_api_processes_sharing_a_store() {
     let s = seeded("ratelimit").await;
-    let dev = &s.dev;
-    let key = create_key(&dev.data_dir, "tiny-org", "tiny", Some(&s.plans));
-    // A second API process on the same data directory.
-    let mut api = Command::new(bin())
-        .args(["api", "--listen", "127.0.0.1:0", "--data-dir"])
-        .arg(&dev.data_dir)
-        .args(["--plans-file", s.plans.to_str().unwrap()])
-        .stdout(Stdio::null())
-        .spawn()
+    let app = &s.app;
+    let key = create_key(&app.data_dir, "tiny-org", "tiny", Some(&s.plans));
+    // A second API service with its own connection to the same data
+    // directory, as a second process would have, on the same clock.
+    let backends = Backends::connect(&BackendConfig {
+        uses: Uses::READ,
+        ..BackendConfig::embedded(&app.data_dir)
+    })
+    .await
+    .unwrap();
+    let cfg = ApiConfig {
+        plans: app.plans.clone(),
+        clock: app.clock.clone(),
+    };
+    let listeners = Listeners {
+        service: port0().await,
+        ops: None,
+    };
+    let api = hindsight::services::api::build(&cfg, &backends, listeners)
+        .await
         .unwrap();
-    // It prints nothing; find its port from /proc (the listening socket).
-    let second = wait_for_listen(api.id());
-    // Stay inside one window.
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs();
-    if now % 60 > 50 {
-        tokio::time::sleep(std::time::Duration::from_secs(61 - now % 60)).await;
-    }
+    let second = api.local_addr();
+    let (_stop, _task) = run(api);
+    // Inside one window: the clock stands 10 s into it.
+    app.clock.advance(std::time::Duration::from_secs(10));
     let mut statuses = Vec::new();
     let mut last = None;
     for i in 0..7 {
         let base = if i % 2 == 0 {
-            dev.base.clone()
+            app.api.clone()
         } else {
             format!("http://{second}")
         };
@@ -618,8 +631,6 @@ async fn rate_limits_hold_across_api_processes_sharing_a_store() {
         statuses.push(r.status().as_u16());
         last = Some((r.headers().clone(), r.json::<Value>().await.unwrap()));
     }
-    api.kill().unwrap();
-    api.wait().unwrap();
     assert_eq!(
         statuses,
         [200, 200, 200, 200, 200, 429, 429],
@@ -628,54 +639,34 @@ async fn rate_limits_hold_across_api_processes_sharing_a_store() {
     let (h, b) = last.unwrap();
     assert_eq!(detail(&b), "rate limit exceeded, try again later");
     let retry: u64 = h["retry-after"].to_str().unwrap().parse().unwrap();
-    assert!((1..=60).contains(&retry));
+    assert_eq!(retry, 50, "the window ends 50 s after the clock");
     assert_eq!(h["x-ratelimit-limit"], "5");
     assert_eq!(h["x-ratelimit-remaining"], "0");
     assert!(h.contains_key("x-ratelimit-reset") && h.contains_key("x-request-id"));
-}
 
-/// The loopback port a process listens on, from /proc/net/tcp.
-fn wait_for_listen(pid: u32) -> String {
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    loop {
-        let inodes: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
-            .map(|d| {
-                d.filter_map(|e| std::fs::read_link(e.ok()?.path()).ok())
-                    .filter_map(|l| {
-                        l.to_str()?
-                            .strip_prefix("socket:[")?
-                            .strip_suffix(']')
-                            .map(String::from)
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap_or_default();
-        for line in tcp.lines().skip(1) {
-            let f: Vec<&str> = line.split_whitespace().collect();
-            if f.len() > 9 && f[3] == "0A" && inodes.contains(&f[9].to_string()) {
-                let port = u16::from_str_radix(f[1].split(':').nth(1).unwrap(), 16).unwrap();
-                return format!("127.0.0.1:{port}");
-            }
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "api process never listened"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(50));
+    // The next window starts afresh, on either service.
+    app.clock.advance(std::time::Duration::from_secs(50));
+    for base in [app.api.clone(), format!("http://{second}")] {
+        let r = client()
+            .get(format!("{base}/v1/health"))
+            .header("X-API-Key", &key)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), 200);
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_store_is_500_failed_to_fetch_data_without_internals() {
     let s = seeded("store-failure").await;
-    let dev = &s.dev;
-    let conn = rusqlite::Connection::open(dev.data_dir.join("store.db")).unwrap();
+    let app = &s.app;
+    let conn = rusqlite::Connection::open(app.data_dir.join("store.db")).unwrap();
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .unwrap();
     conn.execute_batch("ALTER TABLE price_buckets RENAME TO price_buckets_moved")
         .unwrap();
-    let (st, h, b) = get_as(dev, Some(API_KEY), &hist("/v1/tokens/mk00-y/prices", "")).await;
+    let (st, h, b) = get_as(app, Some(API_KEY), &hist("/v1/tokens/mk00-y/prices", "")).await;
     assert_eq!(st, 500);
     assert_eq!(b, serde_json::json!({"detail": "failed to fetch data"}));
     assert!(h.contains_key("x-request-id"));

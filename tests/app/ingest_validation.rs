@@ -1,14 +1,13 @@
 //! Bad input is refused loudly: each bad line with its number and reason,
 //! the valid lines beside it kept, nothing invalid in the log.
 
-mod common;
-use common::*;
+use crate::helpers::*;
 
 const DAY: i64 = 1_756_684_800;
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_bad_line_is_refused_with_its_number_and_reason_and_neighbours_kept() {
-    let dev = Dev::start("validation", &[]);
+    let app = spawn_app("validation").await;
     let good = |t: i64| price_line("v1", "v1-yes", DAY + t, 0.5);
     let long_id = "x".repeat(201);
     let lines = [
@@ -25,7 +24,7 @@ async fn each_bad_line_is_refused_with_its_number_and_reason_and_neighbours_kept
         String::new(),                                                                       // 11 blank: skipped
         good(3),                                                                             // 12 ok
     ];
-    let (status, body) = ingest(&dev, lines.join("\n")).await;
+    let (status, body) = ingest(&app, lines.join("\n")).await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["accepted"], 3);
     assert_eq!(body["rejected_count"], 8);
@@ -65,14 +64,14 @@ async fn each_bad_line_is_refused_with_its_number_and_reason_and_neighbours_kept
         "/v1/tokens/v1-yes/prices?start_ts={DAY}&end_ts={}&resolution=1m",
         DAY + 60
     );
-    let b = wait_for(&dev, &path, |b| {
+    let b = wait_for(&app, &path, |b| {
         b["data"].as_array().is_some_and(|d| d.len() == 1)
     })
     .await;
     assert_eq!(b["data"][0]["p"], 0.5);
 
     // Nothing invalid entered the log: exactly the 3 accepted events.
-    let log = rusqlite::Connection::open(dev.data_dir.join("log.db")).unwrap();
+    let log = rusqlite::Connection::open(app.data_dir.join("log.db")).unwrap();
     let n: i64 = log
         .query_row("SELECT COALESCE(SUM(count), 0) FROM log_batches", [], |r| {
             r.get(0)
@@ -81,22 +80,29 @@ async fn each_bad_line_is_refused_with_its_number_and_reason_and_neighbours_kept
     assert_eq!(n, 3);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_of_only_bad_lines_is_422_and_appends_nothing() {
-    let dev = Dev::start("all-bad", &[]);
-    let (status, body) = ingest(&dev, "{oops\n{\"kind\":\"nope\"}\n".into()).await;
+    let app = spawn_app("all-bad").await;
+    let (status, body) = ingest(&app, "{oops\n{\"kind\":\"nope\"}\n".into()).await;
     assert_eq!(status, 422, "{body}");
     assert_eq!(body["accepted"], 0);
     assert_eq!(body["rejected"][1]["line"], 2);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrong_token_is_401_and_oversized_body_is_413() {
-    let dev = Dev::start("limits", &["--ingest-max-body-bytes", "1024"]);
+    let app = spawn_app_with(
+        "limits",
+        Options {
+            max_body_bytes: 1024,
+            ..Options::default()
+        },
+    )
+    .await;
     let body = price_line("v1", "v1-yes", DAY, 0.5);
     for auth in [None, Some("Bearer wrong-token"), Some(INGEST_TOKEN)] {
         let mut req = client()
-            .post(dev.url("/ingest/v1/events"))
+            .post(app.ingest_url("/ingest/v1/events"))
             .body(body.clone());
         if let Some(a) = auth {
             req = req.header("Authorization", a);
@@ -109,7 +115,7 @@ async fn wrong_token_is_401_and_oversized_body_is_413() {
     }
     let big = format!("{body}\n").repeat(40);
     let r = client()
-        .post(dev.url("/ingest/v1/events"))
+        .post(app.ingest_url("/ingest/v1/events"))
         .bearer_auth(INGEST_TOKEN)
         .body(big)
         .send()
@@ -121,7 +127,7 @@ async fn wrong_token_is_401_and_oversized_body_is_413() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::best());
     gz.write_all(&vec![b'\n'; 100_000]).unwrap();
     let r = client()
-        .post(dev.url("/ingest/v1/events"))
+        .post(app.ingest_url("/ingest/v1/events"))
         .bearer_auth(INGEST_TOKEN)
         .header("Content-Encoding", "gzip")
         .body(gz.finish().unwrap())

@@ -1,0 +1,320 @@
+//! What each subcommand does: configuration → backends → service, run until
+//! a signal; or a one-shot operator command.
+
+use crate::backends::Backends;
+use crate::config::*;
+use crate::demo::{DemoConfig, DemoFeed, HttpSink, Sink};
+use crate::services::api::ApiConfig;
+use crate::services::dev::DevConfig;
+use crate::services::ingest::IngestConfig;
+use crate::services::{self, bind, Listeners};
+use crate::shutdown;
+use anyhow::{anyhow, bail, Context};
+use hindsight_api::{keys, plans::Plans};
+use hindsight_ingest::backfill::{backfill_file, Progress};
+use hindsight_projector::Projector;
+use hindsight_schemas::time::SystemClock;
+use hindsight_schemas::Timestamp;
+use hindsight_scylla::ScyllaStore;
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::Arc;
+
+pub async fn run(command: Command) -> anyhow::Result<()> {
+    match command {
+        Command::Dev(args) => dev(args).await,
+        Command::Ingest(args) => ingest(args).await,
+        Command::Projector(args) => projector(args).await,
+        Command::Api(args) => api(args).await,
+        Command::Backfill(args) => backfill(args).await,
+        Command::Rebuild(args) => rebuild(args).await,
+        Command::Keys(args) => keys(args).await,
+        Command::Feed(args) => feed(args).await,
+        Command::Kafka(args) => kafka(args).await,
+        Command::Scylla(args) => scylla(args).await,
+        Command::Openapi => {
+            print!("{}", hindsight_api::openapi::to_pretty_json());
+            Ok(())
+        }
+    }
+}
+
+fn load_plans(args: &PlanArgs) -> anyhow::Result<Plans> {
+    Plans::load(args.plans_file.as_deref()).map_err(|e| anyhow!("plans file: {e}"))
+}
+
+fn api_config(plans: &PlanArgs) -> anyhow::Result<ApiConfig> {
+    Ok(ApiConfig {
+        plans: Arc::new(load_plans(plans)?),
+        clock: Arc::new(SystemClock),
+    })
+}
+
+async fn dev(args: DevArgs) -> anyhow::Result<()> {
+    let ingest_token = args
+        .ingest
+        .ingest_token
+        .clone()
+        .unwrap_or_else(|| format!("hsi_{}", keys::random_hex(16)));
+    let api_key = args
+        .demo_api_key
+        .clone()
+        .unwrap_or_else(|| format!("{}{}", keys::KEY_PREFIX, keys::random_hex(32)));
+    let api = api_config(&args.plans)?;
+    if api.plans.get(&args.demo_plan).is_none() {
+        bail!("unknown plan {:?} for the demo key", args.demo_plan);
+    }
+    let cfg = DevConfig {
+        ingest: IngestConfig {
+            token: ingest_token.clone(),
+            max_body_bytes: args.ingest.ingest_max_body_bytes,
+        },
+        api,
+        projector: args.projector.config(),
+        demo: (!args.no_demo).then_some(DemoConfig {
+            seed: args.demo.demo_seed,
+            history_hours: args.demo.demo_history_hours,
+        }),
+    };
+    let backends = Backends::connect(&args.backends()).await?;
+    backends
+        .store()?
+        .put_key(keys::record_for(&api_key, "dev", &args.demo_plan))
+        .await?;
+    let service = services::dev::build(&cfg, &backends, bind(args.listen).await?).await?;
+    print_welcome(
+        service.local_addr(),
+        &args.data.data_dir,
+        &api_key,
+        &ingest_token,
+        cfg.demo.as_ref(),
+    );
+    service.run_until_stopped(shutdown::signal()).await?;
+    backends.close().await;
+    Ok(())
+}
+
+fn print_welcome(
+    addr: SocketAddr,
+    dir: &Path,
+    api_key: &str,
+    ingest_token: &str,
+    demo: Option<&DemoConfig>,
+) {
+    let base = format!("http://{addr}");
+    let now = Timestamp::now().millis() / 1000;
+    println!(
+        "Hindsight is running on the embedded backends (data in {})",
+        dir.display()
+    );
+    println!("  API       {base}/v1            header  X-API-Key: {api_key}");
+    println!("  Ingest    {base}/ingest/v1/events   header  Authorization: Bearer {ingest_token}");
+    println!("  Metrics   {base}/metrics");
+    if let Some(demo) = demo {
+        println!(
+            "Demo markets are being generated ({} h of history, then live ticks). Try:",
+            demo.history_hours
+        );
+        println!(
+            "  curl -s -H 'X-API-Key: {api_key}' '{base}/v1/tokens/tok-fed-cuts-25bps-december-2026-yes/prices?start_ts={}&end_ts={}&resolution=1h'",
+            now - 6 * 3600,
+            now + 60
+        );
+    }
+    println!("Stop with Ctrl-C.");
+}
+
+async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
+    let cfg = IngestConfig {
+        token: args
+            .ingest
+            .ingest_token
+            .clone()
+            .context("HINDSIGHT_INGEST_TOKEN (or --ingest-token) is required")?,
+        max_body_bytes: args.ingest.ingest_max_body_bytes,
+    };
+    let backends = Backends::connect(&args.backends()).await?;
+    let listeners = Listeners::bind(args.listen, args.metrics_listen).await?;
+    let service = services::ingest::build(&cfg, &backends, listeners)?;
+    service.run_until_stopped(shutdown::signal()).await?;
+    backends.close().await;
+    Ok(())
+}
+
+async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
+    let backends = Backends::connect(&args.backends()?).await?;
+    let service = services::projector::build(
+        &args.projector.config(),
+        &backends,
+        bind(args.metrics_listen).await?,
+    )?;
+    service.run_until_stopped(shutdown::signal()).await
+}
+
+async fn api(args: ApiArgs) -> anyhow::Result<()> {
+    let cfg = api_config(&args.plans)?;
+    let backends = Backends::connect(&args.backends()?).await?;
+    let listeners = Listeners::bind(args.listen, args.metrics_listen).await?;
+    let service = services::api::build(&cfg, &backends, listeners).await?;
+    service.run_until_stopped(shutdown::signal()).await
+}
+
+async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
+    let backends = Backends::connect(&args.backends()).await?;
+    let log = backends.log()?;
+    let mut progress = Progress::new(!args.no_progress);
+    let (mut lines, mut accepted, mut skipped, mut rejected) = (0, 0, 0, 0);
+    for file in &args.files {
+        let report = backfill_file(log.as_ref(), file, &mut progress)
+            .await
+            .map_err(|e| anyhow!(e))?;
+        println!(
+            "{}: {} lines, {} appended, {} already appended earlier, {} rejected{}",
+            file.display(),
+            report.lines,
+            report.accepted,
+            report.already_appended,
+            report.rejected,
+            report
+                .rejects_file
+                .map(|p| format!(" (see {})", p.display()))
+                .unwrap_or_default()
+        );
+        lines += report.lines;
+        accepted += report.accepted;
+        skipped += report.already_appended;
+        rejected += report.rejected;
+    }
+    backends.close().await;
+    let secs = progress.elapsed().as_secs_f64();
+    println!(
+        "backfill: {} files, {lines} lines, {accepted} appended, {skipped} skipped as already appended, {rejected} rejected, {secs:.1} s ({:.0} events/s)",
+        args.files.len(),
+        (accepted + skipped) as f64 / secs.max(1e-9)
+    );
+    if rejected > 0 {
+        std::process::exit(2);
+    }
+    Ok(())
+}
+
+async fn rebuild(args: RebuildArgs) -> anyhow::Result<()> {
+    let backends = Backends::connect(&args.backends(Timestamp::now().millis())?).await?;
+    let store = backends.store()?;
+    let started = std::time::Instant::now();
+    store.reset().await?;
+    let mut projector = Projector::new(backends.source()?, store, args.projector.config());
+    let events = projector.catch_up().await?;
+    let secs = started.elapsed().as_secs_f64();
+    println!(
+        "rebuild: replayed {events} events in {secs:.1} s ({:.0} events/s)",
+        events as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}
+
+async fn keys(args: KeysArgs) -> anyhow::Result<()> {
+    let backends = Backends::connect(&args.backends()?).await?;
+    let store = backends.store()?;
+    let plans = load_plans(&args.plans)?;
+    let find = |all: Vec<hindsight_contracts::ApiKeyRecord>, id: &str| {
+        all.into_iter()
+            .find(|k| k.key_id == id)
+            .ok_or_else(|| anyhow!("no key with id {id}"))
+    };
+    match args.action {
+        KeysAction::Create { org, plan } => {
+            if plans.get(&plan).is_none() {
+                bail!("unknown plan {plan:?}");
+            }
+            let (plaintext, record) = keys::generate(&org, &plan);
+            store.put_key(record.clone()).await?;
+            println!("{plaintext}");
+            eprintln!(
+                "created {} for {org} on plan {plan}; the key is shown only once",
+                record.key_id
+            );
+        }
+        KeysAction::List => {
+            for k in store.list_keys().await? {
+                let state = k
+                    .revoked_at
+                    .map_or("active".to_string(), |t| format!("revoked {t}"));
+                println!(
+                    "{}\t{}\t{}\t{}\t{state}",
+                    k.key_id, k.organization, k.plan, k.created_at
+                );
+            }
+        }
+        KeysAction::Revoke { key_id } => {
+            let mut k = find(store.list_keys().await?, &key_id)?;
+            k.revoked_at = Some(Timestamp::now());
+            store.put_key(k).await?;
+            println!("revoked {key_id}");
+        }
+        KeysAction::SetPlan { key_id, plan } => {
+            if plans.get(&plan).is_none() {
+                bail!("unknown plan {plan:?}");
+            }
+            let mut k = find(store.list_keys().await?, &key_id)?;
+            k.plan = plan.clone();
+            store.put_key(k).await?;
+            println!("{key_id} is now on plan {plan}");
+        }
+    }
+    Ok(())
+}
+
+async fn feed(args: FeedArgs) -> anyhow::Result<()> {
+    let cfg = DemoConfig {
+        seed: args.demo.demo_seed,
+        history_hours: args.demo.demo_history_hours,
+    };
+    let sink = Sink::Http(HttpSink::new(&args.ingest_url, &args.ingest_token));
+    let now = Timestamp::now();
+    let mut feed = DemoFeed::new(&cfg, now);
+    let sent = feed.history(&sink, now).await?;
+    println!(
+        "feed: sent {sent} events of {} hours of history to {}",
+        cfg.history_hours, args.ingest_url
+    );
+    if args.live {
+        feed.live(&sink, shutdown::watch()).await?;
+    }
+    Ok(())
+}
+
+async fn kafka(args: KafkaCommand) -> anyhow::Result<()> {
+    let config = args.config()?;
+    match args.action {
+        KafkaAction::Init => {
+            for line in hindsight_kafka::topics::init(&config).await? {
+                println!("{line}");
+            }
+        }
+    }
+    Ok(())
+}
+
+async fn scylla(args: ScyllaCommand) -> anyhow::Result<()> {
+    let config = args.config()?;
+    let version = hindsight_scylla::schema::SCHEMA_VERSION;
+    match args.action {
+        ScyllaAction::Migrate => {
+            let ran = ScyllaStore::migrate(&config).await?;
+            if ran.is_empty() {
+                println!(
+                    "keyspace {} is at schema version {version}: nothing to do",
+                    config.keyspace
+                );
+            } else {
+                println!(
+                    "applied {} statements; keyspace {} is at schema version {version}",
+                    ran.len(),
+                    config.keyspace
+                );
+            }
+        }
+    }
+    Ok(())
+}

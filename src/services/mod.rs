@@ -1,0 +1,163 @@
+//! The services, each built over [`Backends`](crate::backends::Backends)
+//! and already bound listeners, and run until a shutdown future completes.
+//!
+//! Every service is a [`Service`]: HTTP servers on listeners the caller bound
+//! (so tests bind port 0 and ask [`Service::local_addr`]) and background
+//! workers (the projector, the demo feed), all stopped by one shutdown
+//! future. `ingest`, `projector` and `api` each have a `build`; `dev` builds
+//! the same pieces and serves them on one listener.
+
+pub mod api;
+pub mod dev;
+pub mod ingest;
+pub mod ops;
+pub mod projector;
+
+use anyhow::Context;
+use axum::Router;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+/// A background task of a service; it returns once the receiver turns true.
+type Worker = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The listeners of a service: its own address, and optionally a separate
+/// one for `/metrics`, `/livez` and `/readyz` (else those share the first).
+pub struct Listeners {
+    pub service: TcpListener,
+    pub ops: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds `service` and, when given, `ops`.
+    pub async fn bind(service: SocketAddr, ops: Option<SocketAddr>) -> anyhow::Result<Self> {
+        let ops = match ops {
+            Some(addr) => Some(bind(addr).await?),
+            None => None,
+        };
+        Ok(Listeners {
+            service: bind(service).await?,
+            ops,
+        })
+    }
+}
+
+pub async fn bind(addr: SocketAddr) -> anyhow::Result<TcpListener> {
+    TcpListener::bind(addr)
+        .await
+        .with_context(|| format!("binding {addr}"))
+}
+
+/// A built service, ready to run.
+pub struct Service {
+    name: &'static str,
+    service: (TcpListener, Router),
+    ops: Option<(TcpListener, Router)>,
+    workers: Vec<Worker>,
+    stop: watch::Sender<bool>,
+}
+
+impl Service {
+    /// `router` on the service listener; `ops` beside it, or on the ops
+    /// listener when there is one.
+    fn new(name: &'static str, listeners: Listeners, router: Router, ops: Router) -> Self {
+        let (service, ops) = match listeners.ops {
+            None => ((listeners.service, router.merge(ops)), None),
+            Some(ops_listener) => ((listeners.service, router), Some((ops_listener, ops))),
+        };
+        Service {
+            name,
+            service,
+            ops,
+            workers: Vec::new(),
+            stop: watch::Sender::new(false),
+        }
+    }
+
+    /// Adds a background task, given the signal that tells it to stop.
+    fn spawn_with<F, Fut>(&mut self, worker: F)
+    where
+        F: FnOnce(watch::Receiver<bool>) -> Fut,
+        Fut: Future<Output = ()> + Send + 'static,
+    {
+        self.workers.push(Box::pin(worker(self.stop.subscribe())));
+    }
+
+    /// The service's own address (for the projector: its ops address).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.service
+            .0
+            .local_addr()
+            .expect("a bound listener has an address")
+    }
+
+    /// Where `/metrics`, `/livez` and `/readyz` are served.
+    pub fn ops_addr(&self) -> SocketAddr {
+        self.ops.as_ref().map_or_else(
+            || self.local_addr(),
+            |(l, _)| l.local_addr().expect("a bound listener has an address"),
+        )
+    }
+
+    /// Serves and runs the workers until `shutdown` completes (or a server
+    /// fails), then stops everything gracefully: servers finish the requests
+    /// in progress, workers their current step.
+    pub async fn run_until_stopped(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> anyhow::Result<()> {
+        let mut line = format!(
+            "hindsight {} listening on http://{}",
+            self.name,
+            self.local_addr()
+        );
+        if self.ops.is_some() {
+            line += &format!(" (metrics and probes on http://{})", self.ops_addr());
+        }
+        tracing::info!(target: "hindsight::lifecycle", "{line}");
+
+        let mut tasks = tokio::task::JoinSet::new();
+        for (listener, router) in std::iter::once(self.service).chain(self.ops) {
+            let mut stop = self.stop.subscribe();
+            tasks.spawn(async move {
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|s| *s).await;
+                    })
+                    .await
+                    .context("serving HTTP")
+            });
+        }
+        for worker in self.workers {
+            tasks.spawn(async move {
+                worker.await;
+                Ok(())
+            });
+        }
+        let mut result = Ok(());
+        tokio::select! {
+            () = shutdown => {}
+            ended = tasks.join_next() => {
+                // Nothing ends on its own before the stop signal.
+                if let Some(ended) = ended {
+                    result = flatten(ended);
+                }
+            }
+        }
+        tracing::info!(target: "hindsight::lifecycle", "hindsight {} shutting down", self.name);
+        let _ = self.stop.send(true);
+        while let Some(ended) = tasks.join_next().await {
+            if result.is_ok() {
+                result = flatten(ended);
+            }
+        }
+        result
+    }
+}
+
+fn flatten(ended: Result<anyhow::Result<()>, tokio::task::JoinError>) -> anyhow::Result<()> {
+    ended.context("a service task panicked")?
+}

@@ -1,0 +1,152 @@
+//! The command line as operators and scripts use it: each subcommand shows
+//! its own flags only, and boolean variables take `1`/`0`.
+
+use crate::helpers::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+fn help(subcommand: &str) -> String {
+    let out = Command::new(bin())
+        .args([subcommand, "--help"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{subcommand} --help");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+#[test]
+fn each_subcommand_shows_only_its_own_flags() {
+    let projector = help("projector");
+    for absent in [
+        "--ingest-token",
+        "--ingest-max-body-bytes",
+        "--kafka-max-in-flight",
+        "--kafka-delivery-timeout-ms",
+        "--kafka-partitions",
+        "--kafka-replication",
+        "--scylla-replication",
+        "--listen ",
+        "--no-demo",
+    ] {
+        assert!(
+            !projector.contains(absent),
+            "projector --help shows {absent}:\n{projector}"
+        );
+    }
+    for present in [
+        "--kafka-brokers",
+        "--kafka-group",
+        "--kafka-instance-id",
+        "--scylla-nodes",
+        "--scylla-write-concurrency",
+        "--metrics-listen",
+        "--projector-batch-max",
+        "--data-dir",
+    ] {
+        assert!(
+            projector.contains(present),
+            "projector --help lacks {present}"
+        );
+    }
+    let api = help("api");
+    assert!(!api.contains("--kafka"), "{api}");
+    assert!(!api.contains("--scylla-write-concurrency"), "{api}");
+    assert!(!api.contains("--scylla-replication"), "{api}");
+    let ingest = help("ingest");
+    assert!(!ingest.contains("--scylla"), "{ingest}");
+    assert!(!ingest.contains("--kafka-group"), "{ingest}");
+    assert!(ingest.contains("--kafka-max-in-flight"), "{ingest}");
+    let backfill = help("backfill");
+    assert!(!backfill.contains("--kafka-group"), "{backfill}");
+    assert!(!backfill.contains("--kafka-partitions"), "{backfill}");
+    assert!(help("kafka").contains("--kafka-partitions"));
+    assert!(help("scylla").contains("--scylla-replication"));
+}
+
+/// Starts `hindsight dev` with `env` and returns its welcome text (up to
+/// "Stop with Ctrl-C."), killing it afterwards.
+fn dev_welcome(name: &str, env: &[(&str, &str)]) -> String {
+    let dir = temp_dir(name);
+    let mut child = Command::new(bin())
+        .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir)
+        .envs(env.iter().copied())
+        .env("HINDSIGHT_DEMO_HISTORY_HOURS", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut text = String::new();
+    while let Some(Ok(line)) = lines.next() {
+        text += &line;
+        text += "\n";
+        if line.starts_with("Stop with Ctrl-C") || Instant::now() > deadline {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        text.contains("Stop with Ctrl-C"),
+        "dev did not start: {text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    text
+}
+
+#[test]
+fn boolean_variables_accept_one_and_zero() {
+    let without = dev_welcome("no-demo-1", &[("HINDSIGHT_NO_DEMO", "1")]);
+    assert!(!without.contains("Demo markets"), "{without}");
+    let with = dev_welcome("no-demo-0", &[("HINDSIGHT_NO_DEMO", "0")]);
+    assert!(with.contains("Demo markets"), "{with}");
+
+    let dir = temp_dir("no-progress");
+    let file = dir.join("events.ndjson");
+    std::fs::write(&file, market_line("np") + "\n").unwrap();
+    let out = Command::new(bin())
+        .args(["backfill", "--data-dir"])
+        .arg(&dir)
+        .arg(&file)
+        .env("HINDSIGHT_NO_PROGRESS", "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("1 appended"));
+}
+
+#[test]
+fn a_service_says_where_it_listens() {
+    let dir = temp_dir("listening-line");
+    let mut child = Command::new(bin())
+        .args(["api", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir)
+        .env_remove("HINDSIGHT_LOG")
+        .stderr(Stdio::piped())
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    // The default log filter shows the line; nothing else is logged at
+    // start, so it is the first line on stderr.
+    let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
+    let line = lines.next().and_then(Result::ok).unwrap_or_default();
+    let _ = child.kill();
+    let _ = child.wait();
+    let addr = line
+        .split("hindsight api listening on http://")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no listening line: {line:?}"));
+    let addr: String = addr
+        .chars()
+        .take_while(|c| c.is_ascii_digit() || matches!(c, '.' | ':'))
+        .collect();
+    let addr: std::net::SocketAddr = addr.parse().unwrap();
+    assert!(addr.ip().is_loopback() && addr.port() != 0, "{line}");
+}

@@ -1,0 +1,371 @@
+//! In-process harness: the real services, built over real embedded backends
+//! in a temporary data directory, on port 0, with a clock the test moves.
+#![allow(dead_code)]
+
+use hindsight::backends::{BackendConfig, Backends};
+use hindsight::services::api::ApiConfig;
+use hindsight::services::dev::DevConfig;
+use hindsight::services::ingest::IngestConfig;
+use hindsight::services::{self, Listeners, Service};
+use hindsight_api::plans::Plans;
+use hindsight_projector::ProjectorConfig;
+use hindsight_schemas::time::ManualClock;
+use hindsight_schemas::Timestamp;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+pub const API_KEY: &str = "hsk_test_key_for_end_to_end_tests";
+pub const INGEST_TOKEN: &str = "hsi_test_ingest_token";
+/// Where the test clock starts: 2025-11-01T00:00:00Z, two months after the
+/// test data's day, at the start of a rate-limit window.
+pub const CLOCK_START: Timestamp = Timestamp(1_761_955_200_000);
+
+/// A fresh, empty directory for one test.
+pub fn temp_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("hindsight-test-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// What a test may change about the services it spawns.
+pub struct Options {
+    pub plans_file: Option<PathBuf>,
+    pub max_body_bytes: usize,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            plans_file: None,
+            max_body_bytes: 64 << 20,
+        }
+    }
+}
+
+/// Running services over one data directory, stopped on drop.
+pub struct TestApp {
+    /// Base URL of `/v1` (and, for `spawn_app`, the API's ops routes).
+    pub api: String,
+    /// Base URL of `/ingest/v1`.
+    pub ingest: String,
+    pub data_dir: PathBuf,
+    pub clock: Arc<ManualClock>,
+    pub plans: Arc<Plans>,
+    /// Held as long as the services run (the projector lock among them).
+    _backends: Backends,
+    stops: Vec<oneshot::Sender<()>>,
+    tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl TestApp {
+    pub fn api_url(&self, path: &str) -> String {
+        format!("{}{path}", self.api)
+    }
+
+    pub fn ingest_url(&self, path: &str) -> String {
+        format!("{}{path}", self.ingest)
+    }
+
+    /// Stops every service and waits for each to finish cleanly.
+    pub async fn stop(mut self) {
+        for stop in self.stops.drain(..) {
+            let _ = stop.send(());
+        }
+        for task in self.tasks.drain(..) {
+            task.await.unwrap().unwrap();
+        }
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        for stop in self.stops.drain(..) {
+            let _ = stop.send(());
+        }
+    }
+}
+
+/// Runs `service` on this runtime until the returned sender fires (or is dropped).
+pub fn run(
+    service: Service,
+) -> (
+    oneshot::Sender<()>,
+    tokio::task::JoinHandle<anyhow::Result<()>>,
+) {
+    let (tx, rx) = oneshot::channel::<()>();
+    let task = tokio::spawn(service.run_until_stopped(async move {
+        let _ = rx.await;
+    }));
+    (tx, task)
+}
+
+pub async fn port0() -> TcpListener {
+    TcpListener::bind("127.0.0.1:0").await.unwrap()
+}
+
+fn api_config(opts: &Options, clock: &Arc<ManualClock>) -> ApiConfig {
+    ApiConfig {
+        plans: Arc::new(Plans::load(opts.plans_file.as_deref()).unwrap()),
+        clock: clock.clone(),
+    }
+}
+
+/// Ingest, projector and API as three services on their own ports, over
+/// one set of embedded backends in a fresh directory, with the test key.
+pub async fn spawn_app(name: &str) -> TestApp {
+    spawn_app_with(name, Options::default()).await
+}
+
+pub async fn spawn_app_with(name: &str, opts: Options) -> TestApp {
+    spawn_app_in(&temp_dir(name), opts).await
+}
+
+pub async fn spawn_app_in(dir: &Path, opts: Options) -> TestApp {
+    let backends = Backends::connect(&BackendConfig::embedded(dir))
+        .await
+        .unwrap();
+    put_test_key(&backends).await;
+    let clock = Arc::new(ManualClock::new(CLOCK_START));
+    let api_cfg = api_config(&opts, &clock);
+    let ingest_cfg = IngestConfig {
+        token: INGEST_TOKEN.into(),
+        max_body_bytes: opts.max_body_bytes,
+    };
+    let listeners = || async {
+        Listeners {
+            service: port0().await,
+            ops: None,
+        }
+    };
+    let ingest = services::ingest::build(&ingest_cfg, &backends, listeners().await).unwrap();
+    let projector =
+        services::projector::build(&ProjectorConfig::default(), &backends, port0().await).unwrap();
+    let api = services::api::build(&api_cfg, &backends, listeners().await)
+        .await
+        .unwrap();
+    let (api_addr, ingest_addr) = (api.local_addr(), ingest.local_addr());
+    let mut app = TestApp {
+        api: base(api_addr),
+        ingest: base(ingest_addr),
+        data_dir: dir.to_path_buf(),
+        clock,
+        plans: api_cfg.plans.clone(),
+        _backends: backends,
+        stops: Vec::new(),
+        tasks: Vec::new(),
+    };
+    for service in [ingest, projector, api] {
+        let (stop, task) = run(service);
+        app.stops.push(stop);
+        app.tasks.push(task);
+    }
+    app
+}
+
+/// `hindsight dev`'s composition (ingest, API and ops on one port, the
+/// projector as a worker), without demo data.
+pub async fn spawn_dev(name: &str) -> TestApp {
+    let dir = temp_dir(name);
+    let backends = Backends::connect(&BackendConfig::embedded(&dir))
+        .await
+        .unwrap();
+    put_test_key(&backends).await;
+    let clock = Arc::new(ManualClock::new(CLOCK_START));
+    let cfg = DevConfig {
+        ingest: IngestConfig {
+            token: INGEST_TOKEN.into(),
+            max_body_bytes: 64 << 20,
+        },
+        api: api_config(&Options::default(), &clock),
+        projector: ProjectorConfig::default(),
+        demo: None,
+    };
+    let dev = services::dev::build(&cfg, &backends, port0().await)
+        .await
+        .unwrap();
+    let addr = base(dev.local_addr());
+    let (stop, task) = run(dev);
+    TestApp {
+        api: addr.clone(),
+        ingest: addr,
+        data_dir: dir,
+        clock,
+        plans: cfg.api.plans.clone(),
+        _backends: backends,
+        stops: vec![stop],
+        tasks: vec![task],
+    }
+}
+
+async fn put_test_key(backends: &Backends) {
+    backends
+        .store()
+        .unwrap()
+        .put_key(hindsight_api::keys::record_for(
+            API_KEY,
+            "test",
+            "enterprise",
+        ))
+        .await
+        .unwrap();
+}
+
+fn base(addr: SocketAddr) -> String {
+    format!("http://{addr}")
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .timeout(Duration::from_secs(30))
+        .build()
+        .unwrap()
+}
+
+/// POSTs an NDJSON body to ingest; returns status and JSON body.
+pub async fn ingest(app: &TestApp, body: String) -> (u16, serde_json::Value) {
+    let r = client()
+        .post(app.ingest_url("/ingest/v1/events"))
+        .bearer_auth(INGEST_TOKEN)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+pub async fn get(app: &TestApp, path: &str) -> (u16, serde_json::Value) {
+    let r = client()
+        .get(app.api_url(path))
+        .header("X-API-Key", API_KEY)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(serde_json::Value::Null))
+}
+
+/// GET with a given key (or none); status, headers and JSON body.
+pub async fn get_as(
+    app: &TestApp,
+    key: Option<&str>,
+    path: &str,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    let mut req = client().get(app.api_url(path));
+    if let Some(k) = key {
+        req = req.header("X-API-Key", k);
+    }
+    let r = req.send().await.unwrap();
+    let (status, headers) = (r.status().as_u16(), r.headers().clone());
+    (
+        status,
+        headers,
+        r.json().await.unwrap_or(serde_json::Value::Null),
+    )
+}
+
+/// Polls `path` until `done` holds for the JSON body, or panics after 20 s.
+pub async fn wait_for(
+    app: &TestApp,
+    path: &str,
+    done: impl Fn(&serde_json::Value) -> bool,
+) -> serde_json::Value {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let (status, body) = get(app, path).await;
+        if status == 200 && done(&body) {
+            return body;
+        }
+        if Instant::now() > deadline {
+            panic!("timed out waiting for {path}: last answer {status} {body}");
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A catalog line for a Yes/No market `m` with tokens `{m}-yes`, `{m}-no`.
+pub fn market_line(m: &str) -> String {
+    format!(
+        r#"{{"kind":"market","id":"{m}","slug":"{m}-slug","question":"Will {m} happen?","status":"open","tokens":[{{"id":"{m}-yes","label":"Yes"}},{{"id":"{m}-no","label":"No"}}],"updated_at":"2025-08-15T00:00:00Z"}}"#
+    )
+}
+
+pub fn price_line(market: &str, token: &str, ts_secs: i64, p: f64) -> String {
+    format!(
+        r#"{{"kind":"price","market_id":"{market}","token_id":"{token}","ts":{ts_secs},"p":{p}}}"#
+    )
+}
+
+/// The `hindsight` binary, for the command-line tests.
+pub fn bin() -> &'static str {
+    env!("CARGO_BIN_EXE_hindsight")
+}
+
+/// Runs a `hindsight keys` command against a data directory (the CLI an
+/// operator uses beside running services); its stdout.
+pub fn keys_cli(data_dir: &Path, args: &[&str]) -> String {
+    let out = std::process::Command::new(bin())
+        .arg("keys")
+        .args(args)
+        .arg("--data-dir")
+        .arg(data_dir)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// Creates an API key with the real CLI, in the running store.
+pub fn create_key(data_dir: &Path, org: &str, plan: &str, plans_file: Option<&Path>) -> String {
+    let mut args = vec!["create", "--org", org, "--plan", plan];
+    if let Some(f) = plans_file {
+        args.extend(["--plans-file", f.to_str().unwrap()]);
+    }
+    keys_cli(data_dir, &args).trim().to_string()
+}
+
+/// A number from an SQLite file of a data directory; 0 until it exists.
+pub fn scalar(db: &Path, sql: &str) -> i64 {
+    if !db.exists() {
+        return 0;
+    }
+    let conn = rusqlite::Connection::open(db).unwrap();
+    conn.busy_timeout(Duration::from_secs(10)).unwrap();
+    conn.query_row(sql, [], |r| r.get::<_, Option<i64>>(0))
+        .unwrap_or(None)
+        .unwrap_or(0)
+}
+
+/// `promtool check metrics` accepts the exposition `metrics` of `name`.
+pub fn promtool_accepts(name: &str, metrics: &str) {
+    use std::io::Write;
+    let mut child = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is installed (Debian package prometheus)");
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics rejects {name}: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
