@@ -119,6 +119,7 @@ async fn request(path: &str, fail_keys: bool) -> Outcome {
             fail: fail_keys,
         }),
         plans: Arc::new(Plans::default()),
+        clock: Arc::new(hindsight_schemas::time::SystemClock),
     };
     let response = router(state)
         .oneshot(
