@@ -529,3 +529,79 @@ impl<S: Send + Sync, F: ListFilter> FromRequestParts<S> for ListQuery<F> {
         Ok(query)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::Request;
+
+    async fn extract<T: FromRequestParts<(), Rejection = ApiError>>(
+        query: &str,
+    ) -> Result<T, ApiError> {
+        let (mut parts, ()) = Request::get(format!("/x?{query}"))
+            .body(())
+            .unwrap()
+            .into_parts();
+        T::from_request_parts(&mut parts, &()).await
+    }
+
+    fn issue_names(e: ApiError) -> Vec<String> {
+        match e {
+            ApiError::Validation(issues) => issues.into_iter().map(|i| i.loc[1].clone()).collect(),
+            other => panic!("expected 422, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_list_filter_fails_together_with_the_shared_parameters() {
+        let long = "e".repeat(201);
+        let err = extract::<ListQuery<MarketFilter>>(&format!("limit=0&order=up&event_id={long}"))
+            .await
+            .unwrap_err();
+        assert_eq!(issue_names(err), ["limit", "order", "event_id"]);
+        // The same parameter is no filter of /v1/series: ignored there.
+        let q = extract::<ListQuery>(&format!("event_id={long}"))
+            .await
+            .unwrap();
+        assert_eq!(q.limit, LIST_LIMIT_DEFAULT);
+    }
+
+    #[tokio::test]
+    async fn list_words_parse_to_their_values() {
+        let q = extract::<ListQuery<EventFilter>>(
+            "sort=end_date&order=asc&tags_match=all&tags=a,b&tags=c&search=BTC&series_slug=s",
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            (q.sort, q.order, q.tags_match),
+            (SortField::EndDate, SortOrder::Asc, TagsMatch::All)
+        );
+        assert_eq!(q.tags, ["a", "b", "c"]);
+        assert_eq!(q.search.as_deref(), Some("btc"));
+        assert_eq!(q.filter.series_slug.as_deref(), Some("s"));
+        assert!(q.keeps_tags(&["a".into(), "b".into(), "c".into()]));
+        assert!(!q.keeps_tags(&["a".into()]));
+    }
+
+    #[tokio::test]
+    async fn a_history_page_starts_at_its_cursor() {
+        let base = "start_ts=2025-09-01T00:00:00Z&end_ts=2025-09-02T00:00:00Z&resolution=1h";
+        let q = extract::<HistoryQuery>(base).await.unwrap();
+        assert_eq!(
+            (q.from(), q.limit, q.resolution),
+            (q.start, HISTORY_LIMIT_DEFAULT, Resolution::H1)
+        );
+        let at = Timestamp(q.start.0 + 3_600_000);
+        let c = cursor::encode_history(at);
+        let q = extract::<HistoryQuery>(&format!("{base}&cursor={c}"))
+            .await
+            .unwrap();
+        assert_eq!(
+            (q.from(), q.range(10).start, q.range(10).limit),
+            (at, at, 11)
+        );
+        let err = extract::<HistoryQuery>("resolution=2h").await.unwrap_err();
+        assert_eq!(issue_names(err), ["start_ts", "end_ts", "resolution"]);
+    }
+}
