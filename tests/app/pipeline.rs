@@ -173,6 +173,8 @@ async fn ticks_ingested_over_http_come_back_as_exact_bucket_averages() {
     assert_eq!(b["data"].as_array().unwrap().len(), 1);
     assert_eq!(b["market_id"], "m1");
     assert_eq!(b["token_label"], "Yes");
+    // Stopping ends every service cleanly (each run returns Ok).
+    app.stop().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
