@@ -226,9 +226,7 @@ impl<'de> Deserialize<'de> for WireTs {
                 self.visit_f64(v as f64)
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<WireTs, E> {
-                Timestamp::from_unix_seconds(v)
-                    .map(WireTs)
-                    .map_err(E::custom)
+                unix_seconds(v).map(WireTs).map_err(E::custom)
             }
         }
         d.deserialize_any(V)
@@ -285,6 +283,21 @@ impl Default for Limits {
 /// [`parse_line_with`] under the default [`Limits`].
 pub fn parse_line(line: &str, now: Timestamp) -> Result<Event, Reject> {
     parse_line_with(line, now, &Limits::default())
+}
+
+/// Unix seconds as a timestamp, refusing a number outside 2000..2100 by
+/// its own value (`1e20 is out of range`) rather than by what it would
+/// become once converted to milliseconds (saturated at `i64::MAX`). Used
+/// for ingest lines and the API's `start_ts`/`end_ts` alike.
+pub fn unix_seconds(secs: f64) -> Result<Timestamp, String> {
+    use crate::time::{MAX_MS, MIN_MS};
+    let (lo, hi) = (MIN_MS / 1000, MAX_MS / 1000);
+    if secs.is_finite() && !(lo as f64..hi as f64).contains(&secs) {
+        return Err(format!(
+            "{secs} is out of range: Unix seconds must be within {lo}..{hi} (2000-01-01..2100-01-01)"
+        ));
+    }
+    Timestamp::from_unix_seconds(secs)
 }
 
 /// Parses and validates one NDJSON line. `now` fills `created_at` and

@@ -163,3 +163,18 @@ fn titles_texts_and_tag_lists_are_capped() {
     );
     assert!(text.contains("51 tags; at most 50"), "{text}");
 }
+
+#[test]
+fn unix_seconds_of_1e20_are_reported_by_their_value_not_as_i64_max() {
+    let line = r#"{"kind":"price","market_id":"m1","token_id":"t1","ts":1e20,"p":0.5}"#;
+    let (kind, field, text) = refused(line);
+    assert_eq!(
+        (kind.as_str(), field.as_deref()),
+        ("bad_timestamp", Some("ts"))
+    );
+    assert!(
+        text.contains("100000000000000000000 is out of range"),
+        "{text}"
+    );
+    assert!(!text.contains("+292"), "{text}");
+}
