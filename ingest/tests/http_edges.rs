@@ -223,3 +223,29 @@ async fn a_tick_from_2099_is_refused_as_in_the_future() {
         "{body}"
     );
 }
+
+#[tokio::test]
+async fn backfill_refuses_future_ticks_like_http_and_lists_them_in_the_rejects_file() {
+    use hindsight_ingest::backfill::{backfill_file, rejects_path, Progress};
+    let dir = tempfile::tempdir().unwrap();
+    let log = SqliteLog::open(&dir.path().join("log")).unwrap();
+    let file = dir.path().join("ticks.ndjson");
+    let future =
+        r#"{"kind":"price","market_id":"m1","token_id":"t1","ts":"2099-12-31T00:00:00Z","p":0.5}"#;
+    // A BOM first, as some exporters write it: skipped, not a reject.
+    std::fs::write(&file, format!("\u{FEFF}{TICK}\n{future}\n")).unwrap();
+    let report = backfill_file(&log, &file, &mut Progress::new(false))
+        .await
+        .unwrap();
+    assert_eq!((report.accepted, report.rejected), (1, 1), "{report:?}");
+    let rejects = std::fs::read_to_string(rejects_path(&file)).unwrap();
+    let reject: serde_json::Value = serde_json::from_str(rejects.trim()).unwrap();
+    assert_eq!(reject["line"], 2);
+    assert!(
+        reject["reason"]
+            .as_str()
+            .unwrap()
+            .contains("allowed clock skew"),
+        "{reject}"
+    );
+}
