@@ -262,12 +262,22 @@ fn decode_body(headers: &HeaderMap, body: Bytes, max: usize) -> Result<Bytes, In
             }
         }
     }
+    // Each layer may expand to `max`: a long list of stored (uncompressed)
+    // gzip wrappers would cost `max` bytes of copying per layer.
+    if gzip_layers > MAX_GZIP_LAYERS {
+        return Err(IngestError::UnsupportedEncoding(format!(
+            "gzip applied {gzip_layers} times (at most {MAX_GZIP_LAYERS})"
+        )));
+    }
     let mut body = body;
     for _ in 0..gzip_layers {
         body = gunzip(&body, max)?;
     }
     Ok(body)
 }
+
+/// Most `gzip` codings undone on one body.
+pub const MAX_GZIP_LAYERS: usize = 2;
 
 fn gunzip(body: &[u8], max: usize) -> Result<Bytes, IngestError> {
     let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(max));

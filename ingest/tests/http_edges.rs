@@ -104,6 +104,13 @@ async fn a_body_gzipped_twice_and_labelled_gzip_gzip_is_decoded_twice() {
         (StatusCode::OK, &1.into()),
         "{body}"
     );
+    // Three layers is refused: each could cost a full body of copying.
+    let request = post()
+        .header(header::CONTENT_ENCODING, "gzip, gzip, gzip")
+        .body(Body::from(gzip(&gzip(&gzip(TICK.as_bytes())))))
+        .unwrap();
+    let (status, _, body) = send(&ingest.app, request).await;
+    assert_eq!(status, StatusCode::UNSUPPORTED_MEDIA_TYPE, "{body}");
 }
 
 #[tokio::test]
