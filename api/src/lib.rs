@@ -9,6 +9,8 @@
 //! - [`routes`]: the handlers, which read as the happy path.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
 //! - [`keys`]: creating API keys (only hashes are stored).
+//! - [`hygiene`]: JSON error bodies on every status, size limits on request
+//!   lines and headers, `nosniff` and `no-store`.
 //!
 //! Modules depend one way: `rate` ← `error` ← `plans` ← `auth` ← `routes`.
 
@@ -16,6 +18,7 @@ pub mod auth;
 pub mod catalog;
 pub mod cursor;
 pub mod error;
+pub mod hygiene;
 pub mod keys;
 pub mod openapi;
 pub mod plans;
@@ -79,6 +82,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .fallback(|| async { error::ApiError::NotFound("Not Found".into()).into_response() })
         .layer(middleware::from_fn(error::report_internal_errors))
+        .layer(middleware::from_fn(hygiene::hygiene))
         .layer(middleware::from_fn(observe))
 }
 

@@ -200,7 +200,13 @@ fn enum_param<T: QueryEnum>(
 /// A timestamp parameter that is well-formed for the schema but must parse
 /// (400 otherwise, SPEC.md §7).
 fn timestamp(text: &str, name: &str) -> Result<Timestamp, ApiError> {
-    Timestamp::parse(text).map_err(|e| ApiError::BadRequest(format!("Invalid {name}: {e}.")))
+    // Unix seconds are checked by their own value, so `1e20` is reported
+    // as out of range, not as the saturated 9223372036854775807 ms.
+    match text.trim().parse::<f64>() {
+        Ok(secs) => hindsight_schemas::wire::unix_seconds(secs),
+        Err(_) => Timestamp::parse(text),
+    }
+    .map_err(|e| ApiError::BadRequest(format!("Invalid {name}: {e}.")))
 }
 
 // ---- history -------------------------------------------------------------------

@@ -151,6 +151,7 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
         log,
         token: TOKEN.into(),
         max_body_bytes: 64 << 20,
+        limits: Default::default(),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/ingest/v1/events", listener.local_addr()?);

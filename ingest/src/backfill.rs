@@ -9,6 +9,7 @@
 
 use crate::batch;
 use hindsight_contracts::{AppendBatch, AppendOutcome, EventLog, Idempotency};
+use hindsight_schemas::wire::Limits;
 use hindsight_schemas::Timestamp;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -103,12 +104,23 @@ pub fn rejects_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Backfills one file; errors only for I/O and log failures (bad lines are
-/// reported, not errors).
+/// [`backfill_file_with`] under the default validation [`Limits`].
 pub async fn backfill_file(
     log: &dyn EventLog,
     path: &Path,
     progress: &mut Progress,
+) -> Result<FileReport, String> {
+    backfill_file_with(log, path, progress, &Limits::default()).await
+}
+
+/// Backfills one file; errors only for I/O and log failures (bad lines are
+/// reported, not errors). Lines are held to the same `limits` as HTTP
+/// ingest (a backfill is history: nothing in it lies in the future either).
+pub async fn backfill_file_with(
+    log: &dyn EventLog,
+    path: &Path,
+    progress: &mut Progress,
+    limits: &Limits,
 ) -> Result<FileReport, String> {
     let fail = |e: std::io::Error| format!("{}: {e}", path.display());
     let identity = identity(path).map_err(fail)?;
@@ -138,7 +150,8 @@ pub async fn backfill_file(
             break;
         }
         report.lines += lines as u64;
-        let validated = batch::validate(&chunk, first_line, Timestamp::now());
+        // Every reject goes to the rejects file: none is left unlisted.
+        let validated = batch::validate(&chunk, first_line, Timestamp::now(), limits, usize::MAX);
         if !validated.rejected.is_empty() {
             let file = match &mut rejects {
                 Some(f) => f,

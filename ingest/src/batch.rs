@@ -1,6 +1,6 @@
 //! Splitting and validating one NDJSON body.
 
-use hindsight_schemas::wire::{self, Reject};
+use hindsight_schemas::wire::{self, Limits, Reject};
 use hindsight_schemas::{Event, EventKind, Timestamp};
 use hindsight_telemetry as tm;
 use serde::{Serialize, Serializer};
@@ -21,17 +21,39 @@ fn as_text<S: Serializer>(reason: &Reject, s: S) -> Result<S::Ok, S::Error> {
 #[derive(Debug, Default)]
 pub struct Validated {
     pub events: Vec<Event>,
+    /// The first `max_listed` rejects (see [`validate`]).
     pub rejected: Vec<Rejected>,
+    /// Every reject, listed or not.
+    pub rejected_count: usize,
 }
 
+/// The UTF-8 byte order mark some editors and exporters put first.
+const BOM: &[u8] = b"\xEF\xBB\xBF";
+
 /// Validates every non-blank line; `first_line` numbers the first line of
-/// `body` (1 for an HTTP body, later for a chunk of a file).
-pub fn validate(body: &[u8], first_line: u64, now: Timestamp) -> Validated {
+/// `body` (1 for an HTTP body or the start of a file, later for a chunk of
+/// a file). A UTF-8 byte order mark that starts the stream is skipped: it
+/// says "this is UTF-8", which NDJSON is anyway.
+///
+/// Every reject is counted, but only the first `max_listed` are kept, so
+/// the answer to a huge all-invalid batch stays small (HTTP lists a few;
+/// a backfill writes them all to its rejects file).
+pub fn validate(
+    body: &[u8],
+    first_line: u64,
+    now: Timestamp,
+    limits: &Limits,
+    max_listed: usize,
+) -> Validated {
+    let body = match body.strip_prefix(BOM) {
+        Some(rest) if first_line == 1 => rest,
+        _ => body,
+    };
     let mut out = Validated::default();
     for (i, line) in body.split(|b| *b == b'\n').enumerate() {
         let parsed = match std::str::from_utf8(line) {
             Ok(text) if text.trim().is_empty() => continue,
-            Ok(text) => wire::parse_line(text.trim_end_matches('\r'), now),
+            Ok(text) => wire::parse_line_with(text.trim_end_matches('\r'), now, limits),
             Err(e) => Err(Reject::not_utf8(e)),
         };
         match parsed {
@@ -39,10 +61,13 @@ pub fn validate(body: &[u8], first_line: u64, now: Timestamp) -> Validated {
             Err(reason) => {
                 metrics::counter!(tm::INGEST_EVENTS_REJECTED, "reason" => reason.kind().label())
                     .increment(1);
-                out.rejected.push(Rejected {
-                    line: first_line + i as u64,
-                    reason,
-                });
+                out.rejected_count += 1;
+                if out.rejected.len() < max_listed {
+                    out.rejected.push(Rejected {
+                        line: first_line + i as u64,
+                        reason,
+                    });
+                }
             }
         }
     }
@@ -80,7 +105,9 @@ mod tests {
     fn validate_counted(body: &[u8]) -> (Validated, String) {
         let recorder = PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
-        let out = metrics::with_local_recorder(&recorder, || validate(body, 1, NOW));
+        let out = metrics::with_local_recorder(&recorder, || {
+            validate(body, 1, NOW, &Limits::default(), usize::MAX)
+        });
         (out, handle.render())
     }
 

@@ -4,15 +4,21 @@
 //! response — accepted count and each rejected line with its number and
 //! reason — is sent only after the log durably holds them. A retry carrying
 //! the same `Idempotency-Key` gets the first response and appends nothing.
+//!
+//! Every answer, whoever produced it (a handler, axum's method router, the
+//! body limit), is JSON with a `detail` on error: see [`hygiene`].
 
 use crate::batch::{self, Rejected};
 use axum::body::Bytes;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use hindsight_contracts::{AppendBatch, AppendOutcome, EventLog, Idempotency};
+use hindsight_schemas::wire::Limits;
 use hindsight_schemas::Timestamp;
 use hindsight_telemetry as tm;
 use serde::Serialize;
@@ -28,6 +34,32 @@ pub struct IngestState {
     pub token: Arc<str>,
     /// Largest accepted body, compressed or not, and largest decompressed.
     pub max_body_bytes: usize,
+    /// Validation bounds and the cap on listed rejects.
+    pub limits: IngestLimits,
+}
+
+/// Default of [`IngestLimits::max_listed_rejects`].
+pub const DEFAULT_MAX_LISTED_REJECTS: usize = 1_000;
+
+/// What an operator may tune about validation (`Default` is the shipped
+/// configuration).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IngestLimits {
+    /// Future-timestamp skew and book depth, applied to every line.
+    pub wire: Limits,
+    /// Most rejects listed in one response; the rest are only counted
+    /// (`rejected_count`), so a huge all-invalid batch cannot produce a
+    /// response as large as itself.
+    pub max_listed_rejects: usize,
+}
+
+impl Default for IngestLimits {
+    fn default() -> Self {
+        IngestLimits {
+            wire: Limits::default(),
+            max_listed_rejects: DEFAULT_MAX_LISTED_REJECTS,
+        }
+    }
 }
 
 pub fn router(state: IngestState) -> Router {
@@ -36,13 +68,21 @@ pub fn router(state: IngestState) -> Router {
         .route("/ingest/v1/events", post(ingest_events))
         .layer(DefaultBodyLimit::max(limit))
         .with_state(state)
+        .layer(middleware::from_fn(hygiene))
 }
 
 #[derive(Serialize)]
 pub struct IngestResponse {
     pub accepted: usize,
+    /// Every refused line, listed or not.
     pub rejected_count: usize,
+    /// The first [`IngestLimits::max_listed_rejects`] refused lines.
     pub rejected: Vec<Rejected>,
+    /// True when `rejected` lists fewer lines than `rejected_count`.
+    pub rejected_truncated: bool,
+    /// Says how many were listed when the list is truncated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// Why a batch was refused as a whole.
@@ -51,6 +91,8 @@ enum IngestError {
     Unauthorized,
     TooLarge(usize),
     BadEncoding(String),
+    /// A `Content-Encoding` other than `gzip` or `identity`.
+    UnsupportedEncoding(String),
     BadIdempotencyKey,
     /// The log could not durably accept the batch: nothing was acknowledged.
     LogUnavailable,
@@ -67,6 +109,10 @@ impl IntoResponse for IngestError {
                 (StatusCode::PAYLOAD_TOO_LARGE, format!("body exceeds {max} bytes; split the batch"))
             }
             IngestError::BadEncoding(e) => (StatusCode::BAD_REQUEST, format!("cannot decode gzip body: {e}")),
+            IngestError::UnsupportedEncoding(e) => (
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                format!("Content-Encoding `{e}` is not supported: send the body as is (identity) or gzip"),
+            ),
             IngestError::BadIdempotencyKey => {
                 (StatusCode::BAD_REQUEST, "Idempotency-Key must be 1..200 visible ASCII characters".to_string())
             }
@@ -90,19 +136,39 @@ impl IntoResponse for IngestError {
 async fn ingest_events(
     State(state): State<IngestState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, IngestError> {
     let started = Instant::now();
     authorize(&headers, &state.token)?;
     let idempotency_key = idempotency_key(&headers)?;
+    let body = body.map_err(|rejection| match rejection.status() {
+        StatusCode::PAYLOAD_TOO_LARGE => IngestError::TooLarge(state.max_body_bytes),
+        _ => IngestError::BadEncoding(rejection.body_text()),
+    })?;
     let body = decode_body(&headers, body, state.max_body_bytes)?;
 
-    let validated = batch::validate(&body, 1, Timestamp::now());
+    let limits = &state.limits;
+    let validated = batch::validate(
+        &body,
+        1,
+        Timestamp::now(),
+        &limits.wire,
+        limits.max_listed_rejects,
+    );
     metrics::histogram!(tm::INGEST_BATCH_LINES)
-        .record((validated.events.len() + validated.rejected.len()) as f64);
+        .record((validated.events.len() + validated.rejected_count) as f64);
+    let truncated = validated.rejected.len() < validated.rejected_count;
     let response = IngestResponse {
         accepted: validated.events.len(),
-        rejected_count: validated.rejected.len(),
+        rejected_count: validated.rejected_count,
+        note: truncated.then(|| {
+            format!(
+                "only the first {} of {} rejected lines are listed",
+                validated.rejected.len(),
+                validated.rejected_count
+            )
+        }),
+        rejected_truncated: truncated,
         rejected: validated.rejected,
     };
     let response_bytes = serde_json::to_vec(&response).expect("response serializes");
@@ -174,18 +240,48 @@ fn idempotency_key(headers: &HeaderMap) -> Result<Option<String>, IngestError> {
     Ok(Some(key.to_string()))
 }
 
-/// The body as sent, or gunzipped when `Content-Encoding: gzip`; the
-/// decompressed size is bounded too (a small gzip can expand enormously).
+/// The body with its `Content-Encoding` undone. Only `gzip` (or `x-gzip`)
+/// and `identity` are understood; anything else is refused (415) rather
+/// than read as plain text. Codings listed in order of application
+/// (`gzip, gzip`: gzipped twice) are undone in reverse, each one bounded:
+/// the decompressed size may not exceed `max` either (a small gzip can
+/// expand enormously).
 fn decode_body(headers: &HeaderMap, body: Bytes, max: usize) -> Result<Bytes, IngestError> {
-    let gzip = headers
-        .get(header::CONTENT_ENCODING)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.eq_ignore_ascii_case("gzip"));
-    if !gzip {
-        return Ok(body);
+    let mut gzip_layers = 0usize;
+    for value in headers.get_all(header::CONTENT_ENCODING) {
+        let value = value.to_str().map_err(|_| {
+            IngestError::UnsupportedEncoding(String::from_utf8_lossy(value.as_bytes()).into())
+        })?;
+        for coding in value.split(',').map(str::trim).filter(|c| !c.is_empty()) {
+            if coding.eq_ignore_ascii_case("gzip") || coding.eq_ignore_ascii_case("x-gzip") {
+                gzip_layers += 1;
+            } else if !coding.eq_ignore_ascii_case("identity") {
+                return Err(IngestError::UnsupportedEncoding(
+                    coding.chars().take(40).collect(),
+                ));
+            }
+        }
     }
-    let mut out = Vec::with_capacity(body.len() * 4);
-    let mut decoder = flate2::read::GzDecoder::new(&body[..]).take(max as u64 + 1);
+    // Each layer may expand to `max`: a long list of stored (uncompressed)
+    // gzip wrappers would cost `max` bytes of copying per layer.
+    if gzip_layers > MAX_GZIP_LAYERS {
+        return Err(IngestError::UnsupportedEncoding(format!(
+            "gzip applied {gzip_layers} times (at most {MAX_GZIP_LAYERS})"
+        )));
+    }
+    let mut body = body;
+    for _ in 0..gzip_layers {
+        body = gunzip(&body, max)?;
+    }
+    Ok(body)
+}
+
+/// Most `gzip` codings undone on one body.
+pub const MAX_GZIP_LAYERS: usize = 2;
+
+fn gunzip(body: &[u8], max: usize) -> Result<Bytes, IngestError> {
+    let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(max));
+    let mut decoder = flate2::read::MultiGzDecoder::new(body).take(max as u64 + 1);
     decoder
         .read_to_end(&mut out)
         .map_err(|e| IngestError::BadEncoding(e.to_string()))?;
@@ -193,4 +289,103 @@ fn decode_body(headers: &HeaderMap, body: Bytes, max: usize) -> Result<Bytes, In
         return Err(IngestError::TooLarge(max));
     }
     Ok(out.into())
+}
+
+/// Largest request target accepted, in bytes. Longer ones get a JSON 414
+/// here (hyper answers URIs over 64 KiB itself, with an empty body).
+pub const MAX_URI_BYTES: usize = 8 * 1024;
+/// Most request headers, and their largest total size (names and values).
+/// Beyond these a JSON 431 (hyper refuses more than 100 headers itself).
+pub const MAX_HEADERS: usize = 64;
+pub const MAX_HEADER_BYTES: usize = 16 * 1024;
+
+/// Around the whole router: refuses oversized request lines and headers
+/// with a JSON 414/431, turns any error response that is not JSON (axum's
+/// 405 and extractor rejections) into `{"detail": …}`, and marks every
+/// response `nosniff` and, since every ingest request carries the ingest
+/// token, `no-store`.
+async fn hygiene(request: Request, next: Next) -> Response {
+    let mut response = match oversized(&request) {
+        Some(refusal) => refusal,
+        None => {
+            let method = request.method().clone();
+            json_error_body(next.run(request).await, &method).await
+        }
+    };
+    let h = response.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    response
+}
+
+fn oversized(request: &Request) -> Option<Response> {
+    let uri_len = request.uri().to_string().len();
+    let headers = request.headers();
+    let header_bytes: usize = headers
+        .iter()
+        .map(|(k, v)| k.as_str().len() + v.len())
+        .sum();
+    let (status, detail) = if uri_len > MAX_URI_BYTES {
+        (
+            StatusCode::URI_TOO_LONG,
+            format!("request URI is {uri_len} bytes; at most {MAX_URI_BYTES} are allowed"),
+        )
+    } else if headers.len() > MAX_HEADERS || header_bytes > MAX_HEADER_BYTES {
+        (
+            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+            format!(
+                "{} headers of {header_bytes} bytes; at most {MAX_HEADERS} headers of {MAX_HEADER_BYTES} bytes are allowed",
+                headers.len()
+            ),
+        )
+    } else {
+        return None;
+    };
+    Some((status, Json(serde_json::json!({ "detail": detail }))).into_response())
+}
+
+/// An error response whose body is not JSON, rewritten as
+/// `{"detail": …}`: the text axum gave, or for a 405 which methods the
+/// path allows.
+async fn json_error_body(response: Response, method: &axum::http::Method) -> Response {
+    let is_json = response
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    let status = response.status();
+    if is_json || !(status.is_client_error() || status.is_server_error()) {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
+        .unwrap_or_default();
+    let detail = if status == StatusCode::METHOD_NOT_ALLOWED {
+        match parts
+            .headers
+            .get(header::ALLOW)
+            .and_then(|v| v.to_str().ok())
+        {
+            Some(allowed) if !allowed.is_empty() => {
+                format!("method {method} is not allowed here; allowed: {allowed}")
+            }
+            _ => format!("method {method} is not allowed here"),
+        }
+    } else if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_string()
+    } else {
+        text
+    };
+    parts.headers.remove(header::CONTENT_LENGTH);
+    parts.headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/json"),
+    );
+    let body = serde_json::to_vec(&serde_json::json!({ "detail": detail })).expect("json");
+    Response::from_parts(parts, axum::body::Body::from(body))
 }

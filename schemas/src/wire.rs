@@ -31,14 +31,19 @@ pub enum RejectKind {
     MissingField,
     /// An id, text, tag, label or list that must not be empty is.
     Empty,
-    /// An id, tag or label longer than [`MAX_ID_LEN`] characters.
+    /// Longer than its cap: an id, tag or label over [`MAX_ID_LEN`]
+    /// characters, a text over [`MAX_TITLE_LEN`] / [`MAX_TEXT_LEN`], more
+    /// than [`MAX_TAGS`] tags, a book side over [`Limits::max_book_levels`].
     TooLong,
-    /// An id with a character it may not contain (`/`, whitespace, control).
+    /// An id with a character it may not contain (`/`, whitespace, control,
+    /// zero-width or bidi-override characters).
     BadId,
     /// A number outside its range: a probability above 1, a negative size.
     OutOfRange,
     /// A timestamp that does not parse or lies outside 2000..2100.
     BadTimestamp,
+    /// A timestamp later than now plus [`Limits::max_future_skew_ms`].
+    InTheFuture,
     /// Book levels not best first.
     BookNotBestFirst,
     /// A token id or label given twice in one market.
@@ -48,7 +53,7 @@ pub enum RejectKind {
 }
 
 impl RejectKind {
-    pub const ALL: [RejectKind; 13] = [
+    pub const ALL: [RejectKind; 14] = [
         RejectKind::NotUtf8,
         RejectKind::MalformedJson,
         RejectKind::WrongType,
@@ -59,6 +64,7 @@ impl RejectKind {
         RejectKind::BadId,
         RejectKind::OutOfRange,
         RejectKind::BadTimestamp,
+        RejectKind::InTheFuture,
         RejectKind::BookNotBestFirst,
         RejectKind::Duplicate,
         RejectKind::Inconsistent,
@@ -78,6 +84,7 @@ impl RejectKind {
             RejectKind::BadId => "bad_id",
             RejectKind::OutOfRange => "out_of_range",
             RejectKind::BadTimestamp => "bad_timestamp",
+            RejectKind::InTheFuture => "in_the_future",
             RejectKind::BookNotBestFirst => "book_not_best_first",
             RejectKind::Duplicate => "duplicate",
             RejectKind::Inconsistent => "inconsistent",
@@ -219,19 +226,87 @@ impl<'de> Deserialize<'de> for WireTs {
                 self.visit_f64(v as f64)
             }
             fn visit_f64<E: de::Error>(self, v: f64) -> Result<WireTs, E> {
-                Timestamp::from_unix_seconds(v)
-                    .map(WireTs)
-                    .map_err(E::custom)
+                unix_seconds(v).map(WireTs).map_err(E::custom)
             }
         }
         d.deserialize_any(V)
     }
 }
 
+/// Largest metric value (`volume`, `liquidity`, `spread`) accepted. Buckets
+/// sum metrics: with every value at most 1e15, even a billion samples in one
+/// bucket sum to 1e24, far from `f64::MAX` (1.8e308), so no sum can
+/// overflow to infinity and be served as `null`. 1e15 is above any real
+/// market's volume in dollars.
+pub const MAX_METRIC_VALUE: f64 = 1e15;
+
+/// Longest series or event `title` and market `question`, in characters.
+pub const MAX_TITLE_LEN: usize = 1_000;
+
+/// Longest market `description`, in characters.
+pub const MAX_TEXT_LEN: usize = 10_000;
+
+/// Most tags on one series or event (`/v1/tags` lists them all).
+pub const MAX_TAGS: usize = 50;
+
+/// Default of [`Limits::max_future_skew_ms`]: 5 minutes.
+pub const DEFAULT_MAX_FUTURE_SKEW_MS: i64 = 5 * 60 * 1000;
+
+/// Default of [`Limits::max_book_levels`]. A books page holds at most 200
+/// points of two sides, so with 1 000 levels per side a page carries at most
+/// 400 000 levels: under 20 MB of JSON (a level `[p,size]` is at most ~50
+/// bytes with the longest f64 texts; ~12 for `[0.41,100.0]`), not 100 MB.
+pub const DEFAULT_MAX_BOOK_LEVELS: usize = 1_000;
+
+/// The validation bounds an operator may need to move; everything else is
+/// a constant of the format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// How far past `now` a `ts` or catalog `updated_at`/`created_at` may
+    /// lie (clock skew between producers and ingest). Further is refused:
+    /// a point from the future would be served as the newest to every
+    /// plan, and a catalog version from the future could never be
+    /// superseded.
+    pub max_future_skew_ms: i64,
+    /// Most levels on one side of a book.
+    pub max_book_levels: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_future_skew_ms: DEFAULT_MAX_FUTURE_SKEW_MS,
+            max_book_levels: DEFAULT_MAX_BOOK_LEVELS,
+        }
+    }
+}
+
+/// [`parse_line_with`] under the default [`Limits`].
+pub fn parse_line(line: &str, now: Timestamp) -> Result<Event, Reject> {
+    parse_line_with(line, now, &Limits::default())
+}
+
+/// Unix seconds as a timestamp, refusing a number outside 2000..2100 by
+/// its own value (`1e20 is out of range`) rather than by what it would
+/// become once converted to milliseconds (saturated at `i64::MAX`). Used
+/// for ingest lines and the API's `start_ts`/`end_ts` alike.
+pub fn unix_seconds(secs: f64) -> Result<Timestamp, String> {
+    use crate::time::{MAX_MS, MIN_MS};
+    let (lo, hi) = (MIN_MS / 1000, MAX_MS / 1000);
+    if secs.is_finite() && !(lo as f64..hi as f64).contains(&secs) {
+        return Err(format!(
+            "{secs} is out of range: Unix seconds must be within {lo}..{hi} (2000-01-01..2100-01-01)"
+        ));
+    }
+    Timestamp::from_unix_seconds(secs)
+}
+
 /// Parses and validates one NDJSON line. `now` fills `created_at` and
 /// `updated_at` of catalog records that omit them, so that the log (and any
-/// replay of it) carries a definite version for every record.
-pub fn parse_line(line: &str, now: Timestamp) -> Result<Event, Reject> {
+/// replay of it) carries a definite version for every record, and bounds
+/// how far in the future timestamps may lie; it is passed in, not read
+/// here, so that callers (and tests) decide what "now" is.
+pub fn parse_line_with(line: &str, now: Timestamp, limits: &Limits) -> Result<Event, Reject> {
     let wire: WireLine = match serde_json::from_str(line) {
         Ok(w) => w,
         Err(_) => return Err(explain_json_error(line)),
@@ -253,7 +328,12 @@ pub fn parse_line(line: &str, now: Timestamp) -> Result<Event, Reject> {
             ),
         )
     })?;
-    let mut f = Fields { w: wire, kind };
+    let latest = Timestamp(now.0.saturating_add(limits.max_future_skew_ms));
+    let mut f = Fields {
+        w: wire,
+        kind,
+        latest,
+    };
     let event = match kind {
         EventKind::Price => {
             let p = f.number("p")?;
@@ -275,22 +355,22 @@ pub fn parse_line(line: &str, now: Timestamp) -> Result<Event, Reject> {
             market_id: f.id("market_id")?,
             token_id: f.id("token_id")?,
             ts: f.ts("ts")?,
-            bids: book_side("bids", f.w.bids.take(), Side::Bids)?,
-            asks: book_side("asks", f.w.asks.take(), Side::Asks)?,
+            bids: book_side("bids", f.w.bids.take(), Side::Bids, limits)?,
+            asks: book_side("asks", f.w.asks.take(), Side::Asks, limits)?,
         }),
         EventKind::Metrics => Event::Metrics(MetricsSample {
             market_id: f.id("market_id")?,
             ts: f.ts("ts")?,
-            volume: f.non_negative("volume")?,
-            liquidity: f.non_negative("liquidity")?,
-            spread: f.non_negative("spread")?,
+            volume: f.metric("volume")?,
+            liquidity: f.metric("liquidity")?,
+            spread: f.metric("spread")?,
         }),
         EventKind::Series => {
-            let (created_at, updated_at) = f.versions(now);
+            let (created_at, updated_at) = f.versions(now)?;
             Event::Series(SeriesRecord {
                 id: f.id("id")?,
                 slug: f.id("slug")?,
-                title: f.text("title")?,
+                title: f.capped_text("title", MAX_TITLE_LEN)?,
                 tags: f.tags()?,
                 status: f.w.status.take(),
                 start_date: f.w.start_date.take().map(|t| t.0),
@@ -300,12 +380,12 @@ pub fn parse_line(line: &str, now: Timestamp) -> Result<Event, Reject> {
             })
         }
         EventKind::Event => {
-            let (created_at, updated_at) = f.versions(now);
+            let (created_at, updated_at) = f.versions(now)?;
             Event::Event(EventRecord {
                 id: f.id("id")?,
                 slug: f.id("slug")?,
                 series_id: f.optional_id("series_id")?,
-                title: f.text("title")?,
+                title: f.capped_text("title", MAX_TITLE_LEN)?,
                 tags: f.tags()?,
                 status: f.w.status.take(),
                 start_date: f.w.start_date.take().map(|t| t.0),
@@ -315,15 +395,15 @@ pub fn parse_line(line: &str, now: Timestamp) -> Result<Event, Reject> {
             })
         }
         EventKind::Market => {
-            let (created_at, updated_at) = f.versions(now);
+            let (created_at, updated_at) = f.versions(now)?;
             let tokens = f.tokens()?;
             let (resolved_token_id, resolved_token_label) = resolution_of(&mut f.w, &tokens)?;
             Event::Market(MarketRecord {
                 id: f.id("id")?,
                 slug: f.id("slug")?,
                 event_id: f.optional_id("event_id")?,
-                question: f.w.question.take(),
-                description: f.w.description.take(),
+                question: capped("question", f.w.question.take(), MAX_TITLE_LEN)?,
+                description: capped("description", f.w.description.take(), MAX_TEXT_LEN)?,
                 status: f.text("status")?,
                 start_date: f.w.start_date.take().map(|t| t.0),
                 end_date: f.w.end_date.take().map(|t| t.0),
@@ -342,6 +422,25 @@ pub fn parse_line(line: &str, now: Timestamp) -> Result<Event, Reject> {
 /// Re-parses a line that failed the fast path, tracking the field path so
 /// the reject names the field (`field `p`: invalid type: string "x" …`).
 fn explain_json_error(line: &str) -> Reject {
+    // Valid JSON that is not an object: say so, rather than serde's
+    // "expected struct WireLine" (a name internal to this file).
+    if let Ok(value) = serde_json::from_str::<serde_json::Value>(line) {
+        let found = match value {
+            serde_json::Value::Object(_) => None,
+            serde_json::Value::Null => Some("null"),
+            serde_json::Value::Bool(_) => Some("a boolean"),
+            serde_json::Value::Number(_) => Some("a number"),
+            serde_json::Value::String(_) => Some("a string"),
+            serde_json::Value::Array(_) => Some("an array"),
+        };
+        if let Some(found) = found {
+            return Reject::new(
+                RejectKind::MalformedJson,
+                None,
+                format!("malformed JSON: expected a JSON object, found {found}"),
+            );
+        }
+    }
     let de = &mut serde_json::Deserializer::from_str(line);
     match serde_path_to_error::deserialize::<_, WireLine>(de) {
         Ok(_) => Reject::new(RejectKind::MalformedJson, None, "malformed JSON".into()),
@@ -369,6 +468,8 @@ fn explain_json_error(line: &str) -> Reject {
 struct Fields {
     w: WireLine,
     kind: EventKind,
+    /// The latest timestamp accepted: now plus the allowed skew.
+    latest: Timestamp,
 }
 
 impl Fields {
@@ -430,7 +531,9 @@ impl Fields {
         Ok(value)
     }
 
-    fn non_negative(&mut self, name: &str) -> Result<f64, Reject> {
+    /// A metric: finite, `>= 0` and at most [`MAX_METRIC_VALUE`], so that
+    /// bucket sums stay finite.
+    fn metric(&mut self, name: &str) -> Result<f64, Reject> {
         let value = self.number(name)?;
         if value < 0.0 {
             return Err(Reject::field(
@@ -439,26 +542,72 @@ impl Fields {
                 format!(": {value} is negative"),
             ));
         }
+        if value > MAX_METRIC_VALUE {
+            return Err(Reject::field(
+                RejectKind::OutOfRange,
+                name,
+                format!(": {value} is above the largest accepted value, {MAX_METRIC_VALUE:e}"),
+            ));
+        }
         Ok(value)
     }
 
+    fn not_future(&self, name: &str, ts: Timestamp) -> Result<Timestamp, Reject> {
+        if ts > self.latest {
+            return Err(Reject::field(
+                RejectKind::InTheFuture,
+                name,
+                format!(
+                    ": {} is later than now plus the allowed clock skew ({})",
+                    ts.to_rfc3339(),
+                    self.latest.to_rfc3339()
+                ),
+            ));
+        }
+        Ok(ts)
+    }
+
     fn ts(&mut self, name: &str) -> Result<Timestamp, Reject> {
-        self.w
+        let ts = self
+            .w
             .ts
             .take()
             .map(|t| t.0)
-            .ok_or_else(|| self.missing(name))
+            .ok_or_else(|| self.missing(name))?;
+        self.not_future(name, ts)
     }
 
-    fn versions(&mut self, now: Timestamp) -> (Timestamp, Timestamp) {
+    /// The record's versions. Only these are bounded in time: a version
+    /// from the future could never be superseded, whereas `end_date` and
+    /// friends legitimately lie ahead.
+    fn versions(&mut self, now: Timestamp) -> Result<(Timestamp, Timestamp), Reject> {
         let updated = self.w.updated_at.take().map(|t| t.0);
         let created = self.w.created_at.take().map(|t| t.0);
+        if let Some(t) = updated {
+            self.not_future("updated_at", t)?;
+        }
+        if let Some(t) = created {
+            self.not_future("created_at", t)?;
+        }
         let updated = updated.or(created).unwrap_or(now);
-        (created.unwrap_or(updated), updated)
+        Ok((created.unwrap_or(updated), updated))
+    }
+
+    fn capped_text(&mut self, name: &str, max: usize) -> Result<String, Reject> {
+        let value = self.text(name)?;
+        check_len(name, &value, max)?;
+        Ok(value)
     }
 
     fn tags(&mut self) -> Result<Vec<String>, Reject> {
         let tags = self.w.tags.take().unwrap_or_default();
+        if tags.len() > MAX_TAGS {
+            return Err(Reject::field(
+                RejectKind::TooLong,
+                "tags",
+                format!(" has {} tags; at most {MAX_TAGS} are allowed", tags.len()),
+            ));
+        }
         for (i, tag) in tags.iter().enumerate() {
             check_label(&format!("tags[{i}]"), tag)?;
         }
@@ -500,6 +649,26 @@ impl Fields {
         }
         Ok(tokens)
     }
+}
+
+/// An optional free text, at most `max` characters.
+fn capped(name: &str, value: Option<String>, max: usize) -> Result<Option<String>, Reject> {
+    if let Some(v) = &value {
+        check_len(name, v, max)?;
+    }
+    Ok(value)
+}
+
+fn check_len(name: &str, value: &str, max: usize) -> Result<(), Reject> {
+    let len = value.chars().count();
+    if len > max {
+        return Err(Reject::field(
+            RejectKind::TooLong,
+            name,
+            format!(" is {len} characters long; at most {max} are allowed"),
+        ));
+    }
+    Ok(())
 }
 
 /// Tags and token labels: 1..200 characters, not all blank.
@@ -559,7 +728,9 @@ fn resolution_of(
 }
 
 /// Ids become URL path segments (`/v1/tokens/{id}/prices`): 1..200
-/// characters, no `/`, no whitespace or control characters.
+/// characters, no `/`, no whitespace or control characters, and none of
+/// the invisible characters ([`is_invisible`]) that make two ids look alike
+/// or reorder the text around them.
 pub fn check_id(name: &str, value: &str) -> Result<(), Reject> {
     let len = value.chars().count();
     if len == 0 {
@@ -574,15 +745,34 @@ pub fn check_id(name: &str, value: &str) -> Result<(), Reject> {
     }
     if let Some(c) = value
         .chars()
-        .find(|c| *c == '/' || c.is_whitespace() || c.is_control())
+        .find(|c| *c == '/' || c.is_whitespace() || c.is_control() || is_invisible(*c))
     {
         return Err(Reject::field(
             RejectKind::BadId,
             name,
-            format!(" contains {c:?}; ids may not contain '/', whitespace or control characters"),
+            format!(
+                " contains {:?} (U+{:04X}); ids may not contain '/', whitespace, control, zero-width or bidi characters",
+                c, c as u32
+            ),
         ));
     }
     Ok(())
+}
+
+/// Zero-width and bidirectional formatting characters: invisible, so an id
+/// holding one looks like another id, and bidi overrides reorder what is
+/// displayed around them.
+fn is_invisible(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}'                     // soft hyphen
+        | '\u{061C}'                   // Arabic letter mark
+        | '\u{180E}'                   // Mongolian vowel separator
+        | '\u{200B}'..='\u{200F}'      // zero-width space/joiners, LRM, RLM
+        | '\u{202A}'..='\u{202E}'      // bidi embeddings and overrides
+        | '\u{2060}'..='\u{2064}'      // word joiner, invisible operators
+        | '\u{2066}'..='\u{2069}'      // bidi isolates
+        | '\u{FEFF}'                   // zero-width no-break space (BOM)
+    )
 }
 
 #[derive(Clone, Copy)]
@@ -597,8 +787,20 @@ fn book_side(
     name: &str,
     levels: Option<Vec<[f64; 2]>>,
     side: Side,
+    limits: &Limits,
 ) -> Result<Vec<BookLevel>, Reject> {
     let levels = levels.ok_or_else(|| Reject::missing(name, EventKind::Book))?;
+    if levels.len() > limits.max_book_levels {
+        return Err(Reject::field(
+            RejectKind::TooLong,
+            name,
+            format!(
+                " has {} levels; at most {} per side are allowed",
+                levels.len(),
+                limits.max_book_levels
+            ),
+        ));
+    }
     let mut out: Vec<BookLevel> = Vec::with_capacity(levels.len());
     for (i, [price, size]) in levels.into_iter().enumerate() {
         let level = format!("{name}[{i}]");
@@ -838,6 +1040,11 @@ mod tests {
                 Some("ts"),
             ),
             (market(r#","end_date":"soon""#), RejectKind::BadTimestamp, Some("end_date")),
+            (
+                r#"{"kind":"price","market_id":"m1","token_id":"t1","ts":"2099-01-01T00:00:00Z","p":0.5}"#.into(),
+                RejectKind::InTheFuture,
+                Some("ts"),
+            ),
             (
                 r#"{"kind":"book","market_id":"m1","token_id":"t1","ts":1756684830,"bids":[[0.40,1],[0.41,1]],"asks":[]}"#.into(),
                 RejectKind::BookNotBestFirst,

@@ -22,6 +22,8 @@ pub fn router(cfg: &IngestConfig, log: Arc<dyn EventLog>) -> Router {
         log,
         token: cfg.token.as_str().into(),
         max_body_bytes: cfg.max_body_bytes,
+        // Shipped defaults until the CLI wires HINDSIGHT_INGEST_MAX_FUTURE_SKEW_SECS etc.
+        limits: Default::default(),
     })
 }
 
