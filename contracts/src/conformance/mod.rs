@@ -15,7 +15,7 @@
 //! expands to one `#[tokio::test]` per check, so the test output names each
 //! check per backend (`test cql::catalog_token_list_is_replaced ... ok`):
 //!
-//! ```ignore
+//! ```text
 //! mod sqlite {
 //!     hindsight_contracts::store_conformance!(super::backend);
 //! }
