@@ -21,7 +21,9 @@ pub struct ApiKeyRecord {
 /// Contract:
 /// - `put_key` inserts or replaces the key with its `key_id`, visible to
 ///   `key_by_hash` and `list_keys` of every process at once (revocation and
-///   plan changes take effect on the next request).
+///   plan changes take effect on the next request). A key's hash never
+///   changes: a new secret is a new key with a new `key_id` (the CQL store
+///   keys rows by hash).
 /// - A stored hash that is not 32 bytes is `ErrorKind::Corrupt`, never a
 ///   key that matches nothing or everything.
 /// - `hit_window` counts one request of `key_id` in the window starting at

@@ -13,7 +13,9 @@
 //! Every trait states its contract on itself: what a caller may rely on,
 //! whichever backend answers. `docs/contracts.md` is the same in prose, and
 //! the [`conformance`] suite (feature `conformance`) checks each clause
-//! against every backend the machine can start, one test per check.
+//! against every backend the machine can start, one test per check. The
+//! [`faults`] wrappers (feature `faults`) fail a log append or a store write
+//! at a chosen step, for deterministic crash tests.
 
 pub mod auth;
 pub mod error;

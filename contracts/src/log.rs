@@ -54,8 +54,15 @@ pub enum AppendOutcome {
 ///   event of the batch is durable (fsynced, or confirmed by every in-sync
 ///   replica). On `Err` the batch may be partly appended; the caller retries
 ///   it under the same idempotency key or not at all.
-/// - **Ordered per market**: events with one `Event::key()` (market id) are
-///   delivered in the order they were appended.
+/// - **Ordered per key and stream**: events with one `Event::key()` (market
+///   id) that feed the same tables — price ticks, book snapshots, metrics
+///   samples, catalog records — are delivered in the order they were
+///   appended. Nothing orders a market's ticks against its snapshots: the
+///   Kafka log keeps one topic per stream, and every read-table row is fed
+///   by one stream only.
+/// - **Dense positions**: within a partition, consecutive events have
+///   consecutive offsets (the projector's lag and replay checks count on
+///   it).
 /// - **At most once per idempotency key**: a batch appended under a key seen
 ///   in the last 24 h is not appended again; `AppendOutcome::Duplicate`
 ///   carries the first append's response.
@@ -89,10 +96,15 @@ pub trait IdempotencyStore: Send + Sync {
 /// - `commit(upto)` records that everything up to and including `upto` is
 ///   durable in the read store; a new consumer of the same group starts
 ///   after it.
-/// - `assignment_changed` returns true once after the set of partitions this
-///   consumer owns changed, and before `poll` returns any event of the new
-///   assignment; the projector must then drop every cached row, since rows
-///   of a partition it lost may since have been written by another projector.
+/// - `assignment_changed`, asked after each `poll`, returns true once when
+///   the set of partitions this consumer owns changed during that poll or
+///   before it — so before the caller uses any event of the new assignment;
+///   the projector must then drop every cached row, since rows of a
+///   partition it lost may since have been written by another projector. A
+///   consumer alone in its group changes assignment at most once (its
+///   first).
+/// - `lag` counts, per owned partition, the events after the consumer's
+///   position: zero once it has polled everything appended.
 #[async_trait]
 pub trait LogConsumer: Send {
     /// Up to `max` events after the consumer's position. Waits up to `wait`

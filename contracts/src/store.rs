@@ -103,9 +103,17 @@ pub struct ProjectionWrite {
 ///   replay from `committed` converges.
 /// - **Catalog upserts**: of several versions of one record, the one with
 ///   the greatest `(updated_at, position)` is kept, whatever order they
-///   arrive in. A market upsert replaces the market's token list: tokens no
-///   longer listed stop resolving through `ReadStore::token`.
-/// - `reset` drops every row, catalog record and consumed position.
+///   arrive in (in separate writes or in one). A market upsert replaces the
+///   market's token list and slug: tokens no longer listed stop resolving
+///   through `ReadStore::token` (unless another market now lists them), and
+///   the old slug stops resolving through `ReadStore::market` (unless
+///   another market now has it). A catalog entry that is not a series,
+///   event or market fails the `apply`.
+/// - **Any size**: `apply` takes a write of any number of rows, whatever
+///   limits the backend puts on one request (the CQL store splits it).
+/// - `reset` drops every row, catalog record (with its lookups) and consumed
+///   position; API keys and rate windows are not derived from the log and
+///   stay. A catalog cursor returned before a reset stays valid.
 #[async_trait]
 pub trait ProjectionStore: Send + Sync {
     /// Per partition, the position after the last consumed event.
@@ -171,9 +179,14 @@ pub trait ReadStore: Send + Sync {
     /// Feeds the API's in-memory catalog.
     ///
     /// Contract: a record whose stored version changes after a cursor was
-    /// returned is in the answer of the next call with that cursor. Records
-    /// may repeat across calls (a backend may re-read a safety margin), so
-    /// callers keep the version with the greatest `updated_at`.
+    /// returned is in the answer of the next call with that cursor, on any
+    /// handle, whichever log partition the change came from. Records may
+    /// repeat across calls, and an answer may hold versions that were
+    /// stored for a while before a newer one (a backend may re-read a safety
+    /// margin of its history), but the last version of a record in an
+    /// answer is the stored one, and a version that lost on arrival never
+    /// appears. So callers apply an answer in order and keep, per record,
+    /// the version with the greatest `updated_at`, the later one on a tie.
     async fn catalog_changes(
         &self,
         since: Option<&CatalogCursor>,
@@ -181,8 +194,9 @@ pub trait ReadStore: Send + Sync {
 }
 
 /// Where a reader of catalog changes stands: opaque to callers. The
-/// embedded store counts log positions, the CQL store change times; neither
-/// meaning leaks out.
+/// embedded store counts its own change sequence (not log offsets, which
+/// are per partition), the CQL store change times; neither meaning leaks
+/// out.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Default)]
 pub struct CatalogCursor(u64);
 

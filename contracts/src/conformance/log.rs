@@ -1,4 +1,4 @@
-//! Log checks: [`EventLog`], [`ConsumerSource`] and [`LogConsumer`].
+//! Log checks: [`crate::EventLog`], [`crate::ConsumerSource`] and [`crate::LogConsumer`].
 //!
 //! Each check gets a log of its own ([`LogFixture`]): an empty embedded log,
 //! or Kafka topics under a prefix of its own with a consumer group of its

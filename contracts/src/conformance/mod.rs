@@ -1,21 +1,21 @@
 //! The conformance suite: every clause of the written contracts, as checks
 //! each backend must pass.
 //!
-//! - [`store`]: [`ProjectionStore`], [`ReadStore`] and [`AuthStore`]. Each
+//! - [`store`]: [`crate::ProjectionStore`], [`crate::ReadStore`] and [`crate::AuthStore`]. Each
 //!   check is `async fn(a, b, prefix) -> Result<(), String>`: two handles on
 //!   one backend (two "clients", as two API replicas or a projector and an
 //!   API would be) and a prefix for every id it writes, so checks can share
 //!   one database or keyspace.
-//! - [`log`]: [`EventLog`], [`ConsumerSource`] and [`LogConsumer`]. Each
+//! - [`log`]: [`crate::EventLog`], [`crate::ConsumerSource`] and [`crate::LogConsumer`]. Each
 //!   check is `async fn(&LogFixture, prefix) -> Result<(), String>` on a log
 //!   of its own.
 //!
-//! An adapter runs the suite by invoking [`store_conformance!`] or
-//! [`log_conformance!`] inside a module named after the backend, which
+//! An adapter runs the suite by invoking [`crate::store_conformance!`] or
+//! [`crate::log_conformance!`] inside a module named after the backend, which
 //! expands to one `#[tokio::test]` per check, so the test output names each
 //! check per backend (`test cql::catalog_token_list_is_replaced ... ok`):
 //!
-//! ```ignore
+//! ```text
 //! mod sqlite {
 //!     hindsight_contracts::store_conformance!(super::backend);
 //! }
