@@ -9,8 +9,9 @@
 //! - [`routes`]: the handlers, which read as the happy path.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
 //! - [`keys`]: creating API keys (only hashes are stored).
-//! - [`hygiene`]: JSON error bodies on every status, size limits on request
-//!   lines and headers, `nosniff` and `no-store`.
+//! - Around it all, `hindsight_http::edge`: JSON error bodies on every
+//!   status, size limits on request lines and headers, `nosniff`, and
+//!   `no-store` on key-bearing answers (the same edge as ingest's).
 //!
 //! Modules depend one way: `rate` ← `error` ← `plans` ← `auth` ← `routes`.
 
@@ -18,7 +19,6 @@ pub mod auth;
 pub mod catalog;
 pub mod cursor;
 pub mod error;
-pub mod hygiene;
 pub mod keys;
 pub mod openapi;
 pub mod plans;
@@ -27,7 +27,7 @@ pub mod rate;
 pub mod routes;
 
 use axum::extract::{MatchedPath, Request};
-use axum::http::HeaderValue;
+use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -74,16 +74,19 @@ pub fn router(state: ApiState) -> Router {
             auth::authenticate,
         ))
         .with_state(state);
-    Router::new()
+    let router = Router::new()
         .merge(v1)
         .route(
             "/openapi.json",
             get(|| async { axum::Json(openapi::document()) }),
         )
         .fallback(|| async { error::ApiError::NotFound("Not Found".into()).into_response() })
-        .layer(middleware::from_fn(error::report_internal_errors))
-        .layer(middleware::from_fn(hygiene::hygiene))
-        .layer(middleware::from_fn(observe))
+        .layer(middleware::from_fn(error::report_internal_errors));
+    hindsight_http::edge(
+        router,
+        hindsight_http::NoStore::WhenHeader(HeaderName::from_static("x-api-key")),
+    )
+    .layer(middleware::from_fn(observe))
 }
 
 /// Gives every request and its response an `x-request-id` (the caller's, or

@@ -6,14 +6,13 @@
 //! the same `Idempotency-Key` gets the first response and appends nothing.
 //!
 //! Every answer, whoever produced it (a handler, axum's method router, the
-//! body limit), is JSON with a `detail` on error: see [`hygiene`].
+//! body limit), is JSON with a `detail` on error: see `hindsight_http`.
 
 use crate::batch::{self, Rejected};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
-use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
@@ -64,11 +63,11 @@ impl Default for IngestLimits {
 
 pub fn router(state: IngestState) -> Router {
     let limit = state.max_body_bytes;
-    Router::new()
+    let router = Router::new()
         .route("/ingest/v1/events", post(ingest_events))
         .layer(DefaultBodyLimit::max(limit))
-        .with_state(state)
-        .layer(middleware::from_fn(hygiene))
+        .with_state(state);
+    hindsight_http::edge(router, hindsight_http::NoStore::Always)
 }
 
 #[derive(Serialize)]
@@ -289,103 +288,4 @@ fn gunzip(body: &[u8], max: usize) -> Result<Bytes, IngestError> {
         return Err(IngestError::TooLarge(max));
     }
     Ok(out.into())
-}
-
-/// Largest request target accepted, in bytes. Longer ones get a JSON 414
-/// here (hyper answers URIs over 64 KiB itself, with an empty body).
-pub const MAX_URI_BYTES: usize = 8 * 1024;
-/// Most request headers, and their largest total size (names and values).
-/// Beyond these a JSON 431 (hyper refuses more than 100 headers itself).
-pub const MAX_HEADERS: usize = 64;
-pub const MAX_HEADER_BYTES: usize = 16 * 1024;
-
-/// Around the whole router: refuses oversized request lines and headers
-/// with a JSON 414/431, turns any error response that is not JSON (axum's
-/// 405 and extractor rejections) into `{"detail": …}`, and marks every
-/// response `nosniff` and, since every ingest request carries the ingest
-/// token, `no-store`.
-async fn hygiene(request: Request, next: Next) -> Response {
-    let mut response = match oversized(&request) {
-        Some(refusal) => refusal,
-        None => {
-            let method = request.method().clone();
-            json_error_body(next.run(request).await, &method).await
-        }
-    };
-    let h = response.headers_mut();
-    h.insert(
-        header::X_CONTENT_TYPE_OPTIONS,
-        HeaderValue::from_static("nosniff"),
-    );
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    response
-}
-
-fn oversized(request: &Request) -> Option<Response> {
-    let uri_len = request.uri().to_string().len();
-    let headers = request.headers();
-    let header_bytes: usize = headers
-        .iter()
-        .map(|(k, v)| k.as_str().len() + v.len())
-        .sum();
-    let (status, detail) = if uri_len > MAX_URI_BYTES {
-        (
-            StatusCode::URI_TOO_LONG,
-            format!("request URI is {uri_len} bytes; at most {MAX_URI_BYTES} are allowed"),
-        )
-    } else if headers.len() > MAX_HEADERS || header_bytes > MAX_HEADER_BYTES {
-        (
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            format!(
-                "{} headers of {header_bytes} bytes; at most {MAX_HEADERS} headers of {MAX_HEADER_BYTES} bytes are allowed",
-                headers.len()
-            ),
-        )
-    } else {
-        return None;
-    };
-    Some((status, Json(serde_json::json!({ "detail": detail }))).into_response())
-}
-
-/// An error response whose body is not JSON, rewritten as
-/// `{"detail": …}`: the text axum gave, or for a 405 which methods the
-/// path allows.
-async fn json_error_body(response: Response, method: &axum::http::Method) -> Response {
-    let is_json = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    let status = response.status();
-    if is_json || !(status.is_client_error() || status.is_server_error()) {
-        return response;
-    }
-    let (mut parts, body) = response.into_parts();
-    let text = axum::body::to_bytes(body, 4096)
-        .await
-        .map(|b| String::from_utf8_lossy(&b).trim().to_string())
-        .unwrap_or_default();
-    let detail = if status == StatusCode::METHOD_NOT_ALLOWED {
-        match parts
-            .headers
-            .get(header::ALLOW)
-            .and_then(|v| v.to_str().ok())
-        {
-            Some(allowed) if !allowed.is_empty() => {
-                format!("method {method} is not allowed here; allowed: {allowed}")
-            }
-            _ => format!("method {method} is not allowed here"),
-        }
-    } else if text.is_empty() {
-        status.canonical_reason().unwrap_or("error").to_string()
-    } else {
-        text
-    };
-    parts.headers.remove(header::CONTENT_LENGTH);
-    parts.headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    let body = serde_json::to_vec(&serde_json::json!({ "detail": detail })).expect("json");
-    Response::from_parts(parts, axum::body::Body::from(body))
 }

@@ -1,18 +1,18 @@
-//! What every response of the API gets, whoever produced it: oversized
-//! request lines and headers refused with a JSON 414/431, error bodies that
-//! axum writes as plain text or leaves empty (405, extractor rejections)
-//! rewritten as `{"detail": …}`, `X-Content-Type-Options: nosniff`, and
-//! `Cache-Control: no-store` on answers to requests that carry an API key.
+//! The HTTP edge every service shares, whoever produced the response:
+//! oversized request lines and headers refused with a JSON 414/431, error
+//! bodies that axum writes as plain text or leaves empty (405, extractor
+//! rejections) rewritten as `{"detail": …}`, `X-Content-Type-Options:
+//! nosniff` everywhere, and `Cache-Control: no-store` on answers that carry
+//! a caller's secrets.
 //!
-//! (Ingest has the same layer over its own router: the two services share
-//! no HTTP crate.)
+//! One layer for ingest and the API rather than one each: a client sees
+//! the same error shape from every Hindsight address.
 
-use axum::extract::Request;
-use axum::http::{header, HeaderValue, Method, StatusCode};
-use axum::middleware::Next;
+use axum::extract::{Request, State};
+use axum::http::{header, HeaderName, HeaderValue, Method, StatusCode};
+use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
-use hindsight_schemas::api::ErrorResponse;
+use axum::{Json, Router};
 
 /// Largest request target accepted, in bytes; longer gets a JSON 414.
 /// (hyper answers URIs over 64 KiB itself, with an empty body.)
@@ -22,12 +22,26 @@ pub const MAX_URI_BYTES: usize = 8 * 1024;
 pub const MAX_HEADERS: usize = 64;
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
 
-pub async fn hygiene(request: Request, next: Next) -> Response {
-    // A key-bearing answer is the caller's own (their plan, their usage,
-    // their rate headers): no shared cache may keep it. Letting CDNs cache
-    // public history is another issue's business (it needs a keyless,
-    // plan-independent response first).
-    let key_bearing = request.headers().contains_key("x-api-key");
+/// Which answers no shared cache may keep.
+#[derive(Clone)]
+pub enum NoStore {
+    /// Every answer (ingest: every request carries the ingest token).
+    Always,
+    /// Answers to requests carrying this header (the API key): the caller's
+    /// own plan, usage and rate headers. Keyless answers stay cacheable.
+    WhenHeader(HeaderName),
+}
+
+/// Wraps `router` in the shared edge.
+pub fn edge<S: Clone + Send + Sync + 'static>(router: Router<S>, no_store: NoStore) -> Router<S> {
+    router.layer(middleware::from_fn_with_state(no_store, hygiene))
+}
+
+async fn hygiene(State(no_store): State<NoStore>, request: Request, next: Next) -> Response {
+    let private = match &no_store {
+        NoStore::Always => true,
+        NoStore::WhenHeader(name) => request.headers().contains_key(name),
+    };
     let mut response = match oversized(&request) {
         Some(refusal) => refusal,
         None => {
@@ -40,10 +54,14 @@ pub async fn hygiene(request: Request, next: Next) -> Response {
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
-    if key_bearing {
+    if private {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }
     response
+}
+
+fn detail(status: StatusCode, detail: String) -> Response {
+    (status, Json(serde_json::json!({ "detail": detail }))).into_response()
 }
 
 fn oversized(request: &Request) -> Option<Response> {
@@ -53,27 +71,27 @@ fn oversized(request: &Request) -> Option<Response> {
         .iter()
         .map(|(k, v)| k.as_str().len() + v.len())
         .sum();
-    let (status, detail) = if uri_len > MAX_URI_BYTES {
-        (
+    if uri_len > MAX_URI_BYTES {
+        Some(detail(
             StatusCode::URI_TOO_LONG,
             format!("request URI is {uri_len} bytes; at most {MAX_URI_BYTES} are allowed"),
-        )
+        ))
     } else if headers.len() > MAX_HEADERS || header_bytes > MAX_HEADER_BYTES {
-        (
+        Some(detail(
             StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             format!(
                 "{} headers of {header_bytes} bytes; at most {MAX_HEADERS} headers of {MAX_HEADER_BYTES} bytes are allowed",
                 headers.len()
             ),
-        )
+        ))
     } else {
-        return None;
-    };
-    Some((status, Json(ErrorResponse { detail })).into_response())
+        None
+    }
 }
 
 /// An error response whose body is not JSON, rewritten as
-/// `{"detail": …}`: the text axum gave, or the status's reason.
+/// `{"detail": …}`: the text axum gave, the status's reason, or for a 405
+/// which methods the path allows.
 async fn json_error_body(response: Response, method: &Method) -> Response {
     let is_json = response
         .headers()
@@ -89,8 +107,17 @@ async fn json_error_body(response: Response, method: &Method) -> Response {
         .await
         .map(|b| String::from_utf8_lossy(&b).trim().to_string())
         .unwrap_or_default();
-    let detail = if status == StatusCode::METHOD_NOT_ALLOWED {
-        format!("method {method} is not allowed here; the API answers GET")
+    let text = if status == StatusCode::METHOD_NOT_ALLOWED {
+        match parts
+            .headers
+            .get(header::ALLOW)
+            .and_then(|v| v.to_str().ok())
+        {
+            Some(allowed) if !allowed.is_empty() => {
+                format!("method {method} is not allowed here; allowed: {allowed}")
+            }
+            _ => format!("method {method} is not allowed here"),
+        }
     } else if text.is_empty() {
         status.canonical_reason().unwrap_or("error").to_string()
     } else {
@@ -101,6 +128,6 @@ async fn json_error_body(response: Response, method: &Method) -> Response {
         header::CONTENT_TYPE,
         HeaderValue::from_static("application/json"),
     );
-    let body = serde_json::to_vec(&ErrorResponse { detail }).expect("detail serializes");
+    let body = serde_json::to_vec(&serde_json::json!({ "detail": text })).expect("json");
     Response::from_parts(parts, axum::body::Body::from(body))
 }
