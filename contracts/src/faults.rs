@@ -20,18 +20,29 @@ fn injected(what: String) -> Error {
     Error::unavailable("faults", what)
 }
 
-/// An [`EventLog`] whose `n`th append (1-based) fails without appending.
+/// Which `append` fails, and how.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFault {
+    /// The `n`th append (1-based) appends nothing and fails.
+    FailAppend(u64),
+    /// The `n`th append is durable, then fails: the acknowledgement is lost
+    /// and the caller hears an error for events the log holds.
+    LoseAck(u64),
+}
+
+/// An [`EventLog`] that fails one `append` as `fault` says; every other
+/// call goes to the inner log.
 pub struct FaultyLog<L> {
     inner: L,
-    fail_at: u64,
+    fault: LogFault,
     calls: AtomicU64,
 }
 
 impl<L: EventLog> FaultyLog<L> {
-    pub fn fail_append(inner: L, n: u64) -> Self {
+    pub fn new(inner: L, fault: LogFault) -> Self {
         FaultyLog {
             inner,
-            fail_at: n,
+            fault,
             calls: AtomicU64::new(0),
         }
     }
@@ -46,10 +57,18 @@ impl<L: EventLog> FaultyLog<L> {
 impl<L: EventLog> EventLog for FaultyLog<L> {
     async fn append(&self, batch: AppendBatch) -> Result<AppendOutcome> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst) + 1;
-        if call == self.fail_at {
-            return Err(injected(format!("append {call} failed (injected)")));
+        match self.fault {
+            LogFault::FailAppend(n) if n == call => {
+                Err(injected(format!("append {call} failed (injected)")))
+            }
+            LogFault::LoseAck(n) if n == call => {
+                self.inner.append(batch).await?;
+                Err(injected(format!(
+                    "append {call} is durable but its acknowledgement was lost (injected)"
+                )))
+            }
+            _ => self.inner.append(batch).await,
         }
-        self.inner.append(batch).await
     }
 
     async fn ready(&self) -> Result<()> {

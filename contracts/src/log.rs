@@ -126,3 +126,15 @@ pub trait LogConsumer: Send {
 pub trait ConsumerSource: Send + Sync {
     async fn open(&self) -> Result<Box<dyn LogConsumer>>;
 }
+
+/// A shared log is a log: wrappers (metrics, faults) take either.
+#[async_trait]
+impl<T: EventLog + ?Sized> EventLog for std::sync::Arc<T> {
+    async fn append(&self, batch: AppendBatch) -> Result<AppendOutcome> {
+        (**self).append(batch).await
+    }
+
+    async fn ready(&self) -> Result<()> {
+        (**self).ready().await
+    }
+}

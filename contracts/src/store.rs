@@ -215,3 +215,23 @@ impl CatalogCursor {
 /// A whole read-store backend, as the services hold it.
 pub trait Store: ProjectionStore + ReadStore + crate::AuthStore {}
 impl<T: ProjectionStore + ReadStore + crate::AuthStore> Store for T {}
+
+/// A shared store is a store: wrappers (faults) take either.
+#[async_trait]
+impl<T: ProjectionStore + ?Sized> ProjectionStore for std::sync::Arc<T> {
+    async fn committed(&self) -> Result<Vec<Position>> {
+        (**self).committed().await
+    }
+
+    async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
+        (**self).load(keys).await
+    }
+
+    async fn apply(&self, write: ProjectionWrite) -> Result<()> {
+        (**self).apply(write).await
+    }
+
+    async fn reset(&self) -> Result<()> {
+        (**self).reset().await
+    }
+}

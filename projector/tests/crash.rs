@@ -10,7 +10,7 @@
 //! every run.
 
 use hindsight_contracts::conformance::log::sample_events;
-use hindsight_contracts::faults::{FaultyLog, FaultyStore, StoreFault};
+use hindsight_contracts::faults::{FaultyLog, FaultyStore, LogFault, StoreFault};
 use hindsight_contracts::{
     AppendBatch, AppendOutcome, EventLog, Idempotency, Position, ProjectionStore, ReadStore, Row,
     RowKey, Table,
@@ -223,7 +223,10 @@ async fn a_failed_append_retried_leaves_the_projection_unchanged() {
     let events = events();
     let (_, want) = clean(&dir.path().join("clean-log"), &events).await;
     let faulty_dir = dir.path().join("faulty-log");
-    let faulty = FaultyLog::fail_append(SqliteLog::open(&faulty_dir).unwrap(), 3);
+    let faulty = FaultyLog::new(
+        SqliteLog::open(&faulty_dir).unwrap(),
+        LogFault::FailAppend(3),
+    );
     assert_eq!(feed(&faulty, &events).await, 1);
     assert_eq!(faulty.calls(), events.chunks(BATCH).count() as u64 + 1);
     let log = Arc::new(SqliteLog::open(&faulty_dir).unwrap());

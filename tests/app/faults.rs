@@ -5,91 +5,15 @@
 //! exactly the step it names.
 
 use crate::helpers::*;
-use async_trait::async_trait;
 use hindsight::backends::{BackendConfig, Backends, Uses};
 use hindsight::services::ingest::IngestConfig;
-use hindsight_contracts::{
-    AppendBatch, AppendOutcome, Error, EventLog, Position, ProjectionStore, ProjectionWrite,
-    Result, Row, RowKey,
-};
+use hindsight_contracts::faults::{FaultyLog, FaultyStore, LogFault, StoreFault};
+use hindsight_contracts::{AppendBatch, EventLog};
 use hindsight_projector::{Projector, ProjectorConfig};
 use hindsight_schemas::{Event, PriceTick, Timestamp};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 const DAY: i64 = 1_756_684_800;
-
-/// Where the failing append fails.
-#[derive(Clone, Copy)]
-enum Fail {
-    /// Before the log sees the batch: nothing appended.
-    Before,
-    /// After the batch is durable: the acknowledgement is lost.
-    After,
-}
-
-/// The real log, whose `nth` append (1-based) fails.
-struct FailingLog {
-    inner: Arc<dyn EventLog>,
-    nth: usize,
-    fail: Fail,
-    appends: AtomicUsize,
-}
-
-#[async_trait]
-impl EventLog for FailingLog {
-    async fn append(&self, batch: AppendBatch) -> Result<AppendOutcome> {
-        let n = self.appends.fetch_add(1, Ordering::SeqCst) + 1;
-        if n != self.nth {
-            return self.inner.append(batch).await;
-        }
-        if let Fail::After = self.fail {
-            self.inner.append(batch).await?;
-        }
-        Err(Error::unavailable("injected", format!("append {n} fails")))
-    }
-
-    async fn ready(&self) -> Result<()> {
-        self.inner.ready().await
-    }
-}
-
-/// The real store, whose `nth` apply (1-based) writes the rows and catalog
-/// but not the positions, then fails: a process dying between the two, as
-/// a store that cannot write them atomically (CQL) allows.
-struct DiesBetweenRowsAndPosition {
-    inner: Arc<dyn ProjectionStore>,
-    nth: usize,
-    applies: AtomicUsize,
-}
-
-#[async_trait]
-impl ProjectionStore for DiesBetweenRowsAndPosition {
-    async fn committed(&self) -> Result<Vec<Position>> {
-        self.inner.committed().await
-    }
-
-    async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
-        self.inner.load(keys).await
-    }
-
-    async fn apply(&self, write: ProjectionWrite) -> Result<()> {
-        let n = self.applies.fetch_add(1, Ordering::SeqCst) + 1;
-        if n != self.nth {
-            return self.inner.apply(write).await;
-        }
-        let rows_only = ProjectionWrite {
-            consumed: Vec::new(),
-            ..write
-        };
-        self.inner.apply(rows_only).await?;
-        Err(Error::unavailable("injected", "died before the position"))
-    }
-
-    async fn reset(&self) -> Result<()> {
-        self.inner.reset().await
-    }
-}
 
 fn log_events(dir: &std::path::Path) -> i64 {
     scalar(
@@ -122,7 +46,7 @@ async fn post(base: &str, key: &str, body: &str) -> reqwest::Response {
         .unwrap()
 }
 
-async fn failing_ingest(name: &str, fail: Fail) -> (std::path::PathBuf, String) {
+async fn failing_ingest(name: &str, fault: LogFault) -> (std::path::PathBuf, String) {
     let dir = temp_dir(name);
     let backends = Backends::connect(&BackendConfig {
         uses: Uses::APPEND,
@@ -130,18 +54,13 @@ async fn failing_ingest(name: &str, fail: Fail) -> (std::path::PathBuf, String) 
     })
     .await
     .unwrap();
-    let log = Arc::new(FailingLog {
-        inner: backends.log().unwrap(),
-        nth: 2,
-        fail,
-        appends: AtomicUsize::new(0),
-    });
+    let log = Arc::new(FaultyLog::new(backends.log().unwrap(), fault));
     (dir, serve_ingest(log).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_append_is_503_acknowledges_nothing_and_its_retry_lands_once() {
-    let (dir, base) = failing_ingest("append-fails-before", Fail::Before).await;
+    let (dir, base) = failing_ingest("append-fails-before", LogFault::FailAppend(2)).await;
     let a = price_line("f1", "f1-yes", DAY, 0.5);
     let b = format!("{a}\n{}", price_line("f1", "f1-yes", DAY + 1, 0.6));
     assert_eq!(post(&base, "a", &a).await.status(), 200);
@@ -159,7 +78,7 @@ async fn a_failed_append_is_503_acknowledges_nothing_and_its_retry_lands_once() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_acknowledgement_is_answered_from_the_idempotency_record_on_retry() {
-    let (dir, base) = failing_ingest("append-fails-after", Fail::After).await;
+    let (dir, base) = failing_ingest("append-fails-after", LogFault::LoseAck(2)).await;
     let a = price_line("f2", "f2-yes", DAY, 0.5);
     let b = format!("{a}\n{}", price_line("f2", "f2-yes", DAY + 1, 0.6));
     assert_eq!(post(&base, "a", &a).await.status(), 200);
@@ -217,18 +136,17 @@ async fn a_projector_dying_between_rows_and_position_neither_loses_nor_double_co
         ..ProjectorConfig::default()
     };
     let store = backends.store().unwrap();
-    let dying = Arc::new(DiesBetweenRowsAndPosition {
-        inner: store.clone(),
-        nth: 3,
-        applies: AtomicUsize::new(0),
-    });
+    let dying = Arc::new(FaultyStore::new(
+        store.clone(),
+        StoreFault::CrashBeforePositions(3),
+    ));
     let mut first = Projector::new(backends.source().unwrap(), dying.clone(), cfg.clone());
     let died = first.catch_up().await.unwrap_err();
     assert!(
-        died.to_string().contains("died before the position"),
+        died.to_string().contains("between rows and positions"),
         "{died}"
     );
-    assert_eq!(dying.applies.load(Ordering::SeqCst), 3);
+    assert_eq!(dying.applies(), 3);
     let store_db = dir.join("store.db");
     let committed = || scalar(&store_db, "SELECT MAX(next_offset) FROM consumed");
     let before = committed();
