@@ -51,6 +51,7 @@ impl Embedded {
         let cfg = IngestConfig {
             token: token.to_string(),
             max_body_bytes,
+            limits: Default::default(),
         };
         crate::services::ingest::router(&cfg, self.log.clone())
     }

@@ -11,7 +11,7 @@ use crate::services::{self, bind, Listeners};
 use crate::shutdown;
 use anyhow::{anyhow, bail, Context};
 use hindsight_api::{keys, plans::Plans};
-use hindsight_ingest::backfill::{backfill_file, Progress};
+use hindsight_ingest::backfill::{backfill_file_with, Progress};
 use hindsight_projector::Projector;
 use hindsight_schemas::time::SystemClock;
 use hindsight_schemas::Timestamp;
@@ -68,6 +68,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         ingest: IngestConfig {
             token: ingest_token.clone(),
             max_body_bytes: args.ingest.ingest_max_body_bytes,
+            limits: args.ingest.limits(),
         },
         api,
         projector: args.projector.config(),
@@ -132,6 +133,7 @@ async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
             .clone()
             .context("HINDSIGHT_INGEST_TOKEN (or --ingest-token) is required")?,
         max_body_bytes: args.ingest.ingest_max_body_bytes,
+        limits: args.ingest.limits(),
     };
     let backends = Backends::connect(&args.backends()).await?;
     let listeners = Listeners::bind(args.listen, args.metrics_listen).await?;
@@ -162,10 +164,11 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
 async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
     let backends = Backends::connect(&args.backends()).await?;
     let log = backends.log()?;
+    let limits = args.wire.limits();
     let mut progress = Progress::new(!args.no_progress);
     let (mut lines, mut accepted, mut skipped, mut rejected) = (0, 0, 0, 0);
     for file in &args.files {
-        let report = backfill_file(log.as_ref(), file, &mut progress)
+        let report = backfill_file_with(log.as_ref(), file, &mut progress, &limits)
             .await
             .map_err(|e| anyhow!(e))?;
         println!(

@@ -264,6 +264,43 @@ pub struct IngestOpts {
     /// Largest ingest body in bytes, compressed or decompressed.
     #[arg(long, env = "HINDSIGHT_INGEST_MAX_BODY_BYTES", default_value_t = 64 << 20)]
     pub ingest_max_body_bytes: usize,
+    #[command(flatten)]
+    pub wire: WireLimitsOpts,
+    /// Most refused lines listed in one ingest response; the rest are only
+    /// counted (`rejected_count`).
+    #[arg(long, env = "HINDSIGHT_INGEST_MAX_LISTED_REJECTS", default_value_t = 1000)]
+    pub ingest_max_listed_rejects: usize,
+}
+
+impl IngestOpts {
+    pub fn limits(&self) -> hindsight_ingest::http::IngestLimits {
+        hindsight_ingest::http::IngestLimits {
+            wire: self.wire.limits(),
+            max_listed_rejects: self.ingest_max_listed_rejects,
+        }
+    }
+}
+
+/// What every line must satisfy beyond its shape, over HTTP and in
+/// backfills alike.
+#[derive(Args, Clone, Debug)]
+pub struct WireLimitsOpts {
+    /// How far past now (seconds) a `ts` or catalog `updated_at` may lie
+    /// before the line is refused as `in_the_future`.
+    #[arg(long, env = "HINDSIGHT_INGEST_MAX_FUTURE_SKEW_SECS", default_value_t = 300)]
+    pub ingest_max_future_skew_secs: u32,
+    /// Most levels on one side of a book snapshot.
+    #[arg(long, env = "HINDSIGHT_INGEST_MAX_BOOK_LEVELS", default_value_t = 1000)]
+    pub ingest_max_book_levels: usize,
+}
+
+impl WireLimitsOpts {
+    pub fn limits(&self) -> hindsight_schemas::wire::Limits {
+        hindsight_schemas::wire::Limits {
+            max_future_skew_ms: i64::from(self.ingest_max_future_skew_secs) * 1000,
+            max_book_levels: self.ingest_max_book_levels,
+        }
+    }
 }
 
 #[derive(Args, Clone, Debug)]
@@ -442,6 +479,8 @@ pub struct BackfillArgs {
     /// NDJSON files; gzip is detected by content.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub wire: WireLimitsOpts,
     /// No progress line (for logs and CI).
     #[arg(long, env = "HINDSIGHT_NO_PROGRESS", value_parser = BoolishValueParser::new())]
     pub no_progress: bool,

@@ -5,7 +5,7 @@ use super::{Listeners, Service};
 use crate::backends::Backends;
 use axum::Router;
 use hindsight_contracts::EventLog;
-use hindsight_ingest::http::IngestState;
+use hindsight_ingest::http::{IngestLimits, IngestState};
 use std::sync::Arc;
 
 #[derive(Debug, Clone)]
@@ -14,6 +14,7 @@ pub struct IngestConfig {
     pub token: String,
     /// Largest body, compressed or decompressed.
     pub max_body_bytes: usize,
+    pub limits: IngestLimits,
 }
 
 /// The ingest routes alone, over `log` (dev serves them beside the API).
@@ -22,8 +23,7 @@ pub fn router(cfg: &IngestConfig, log: Arc<dyn EventLog>) -> Router {
         log,
         token: cfg.token.as_str().into(),
         max_body_bytes: cfg.max_body_bytes,
-        // Shipped defaults until the CLI wires HINDSIGHT_INGEST_MAX_FUTURE_SKEW_SECS etc.
-        limits: Default::default(),
+        limits: cfg.limits,
     })
 }
 
