@@ -199,3 +199,34 @@ async fn dev_serves_ops_on_its_own_listener_and_then_not_metrics_publicly() {
     let (status, _) = get(&apart, "/v1/health").await;
     assert_eq!(status, 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_public_listener_does_not_starve_the_ops_listener() {
+    let app = spawn_dev_with(
+        "ops-not-starved",
+        Options {
+            ops_listener: true,
+            ..limits(30, 30, 30, 2)
+        },
+    )
+    .await;
+    let mut held = Vec::new();
+    for _ in 0..2 {
+        let mut stream = connect(&app.api).await;
+        send_get(&mut stream, "/v1/health").await;
+        assert_eq!(read_response(&mut stream).await, 200);
+        held.push(stream);
+    }
+    let mut over = connect(&app.api).await;
+    send_get(&mut over, "/v1/health").await;
+    let answered = tokio::time::timeout(Duration::from_secs(1), read_response(&mut over)).await;
+    assert!(answered.is_err(), "the public listener is over its cap");
+    let r = tokio::time::timeout(
+        Duration::from_secs(5),
+        client().get(format!("{}/metrics", app.ops)).send(),
+    )
+    .await
+    .expect("the ops listener answers while the public one is full")
+    .unwrap();
+    assert_eq!(r.status(), 200);
+}
