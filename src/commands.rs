@@ -82,9 +82,13 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .store()?
         .put_key(keys::record_for(&api_key, "dev", &args.demo_plan))
         .await?;
-    let service = services::dev::build(&cfg, &backends, bind(args.listen).await?).await?;
+    let listeners = Listeners::bind(args.listen, args.metrics_listen).await?;
+    let service = services::dev::build(&cfg, &backends, listeners)
+        .await?
+        .with_http_limits(args.http.limits());
     print_welcome(
         service.local_addr(),
+        service.ops_addr(),
         &args.data.data_dir,
         &api_key,
         &ingest_token,
@@ -97,6 +101,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
 
 fn print_welcome(
     addr: SocketAddr,
+    ops: SocketAddr,
     dir: &Path,
     api_key: &str,
     ingest_token: &str,
@@ -110,7 +115,7 @@ fn print_welcome(
     );
     println!("  API       {base}/v1            header  X-API-Key: {api_key}");
     println!("  Ingest    {base}/ingest/v1/events   header  Authorization: Bearer {ingest_token}");
-    println!("  Metrics   {base}/metrics");
+    println!("  Metrics   http://{ops}/metrics");
     if let Some(demo) = demo {
         println!(
             "Demo markets are being generated ({} h of history, then live ticks). Try:",
@@ -137,7 +142,8 @@ async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
     };
     let backends = Backends::connect(&args.backends()).await?;
     let listeners = Listeners::bind(args.listen, args.metrics_listen).await?;
-    let service = services::ingest::build(&cfg, &backends, listeners)?;
+    let service =
+        services::ingest::build(&cfg, &backends, listeners)?.with_http_limits(args.http.limits());
     service.run_until_stopped(shutdown::signal()).await?;
     backends.close().await;
     Ok(())
@@ -149,7 +155,8 @@ async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
         &args.projector.config(),
         &backends,
         bind(args.metrics_listen).await?,
-    )?;
+    )?
+    .with_http_limits(args.http.limits());
     service.run_until_stopped(shutdown::signal()).await
 }
 
@@ -157,7 +164,9 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
     let cfg = api_config(&args.plans)?;
     let backends = Backends::connect(&args.backends()?).await?;
     let listeners = Listeners::bind(args.listen, args.metrics_listen).await?;
-    let service = services::api::build(&cfg, &backends, listeners).await?;
+    let service = services::api::build(&cfg, &backends, listeners)
+        .await?
+        .with_http_limits(args.http.limits());
     service.run_until_stopped(shutdown::signal()).await
 }
 

@@ -319,15 +319,56 @@ impl ProjectorOpts {
     }
 }
 
+/// Bounds on every connection of a serving command's listeners (see
+/// `services::http`): without them one client can hold connections open for
+/// ever and exhaust the process's file descriptors.
+#[derive(Args, Clone, Debug)]
+pub struct HttpArgs {
+    /// Seconds a client has to send a request's whole head (from the moment
+    /// the connection is ready for one); slower connections are closed.
+    #[arg(long, env = "HINDSIGHT_HTTP_HEADER_TIMEOUT_SECS", default_value_t = 10, value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_header_timeout_secs: u64,
+    /// Seconds a connection may move no byte, with no request being handled,
+    /// before it is closed (idle keep-alive, readers that stopped reading).
+    #[arg(long, env = "HINDSIGHT_HTTP_IDLE_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_idle_timeout_secs: u64,
+    /// Seconds a request (its body read included) may take before it is
+    /// answered 408.
+    #[arg(long, env = "HINDSIGHT_HTTP_REQUEST_TIMEOUT_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub http_request_timeout_secs: u64,
+    /// Connections served at once per listener; further ones wait to be
+    /// accepted. Keep it well under the process's file limit (`ulimit -n`).
+    #[arg(long, env = "HINDSIGHT_HTTP_MAX_CONNECTIONS", default_value_t = 512, value_parser = clap::value_parser!(u32).range(1..))]
+    pub http_max_connections: u32,
+}
+
+impl HttpArgs {
+    pub fn limits(&self) -> crate::services::http::HttpLimits {
+        crate::services::http::HttpLimits {
+            header_timeout: Duration::from_secs(self.http_header_timeout_secs),
+            idle_timeout: Duration::from_secs(self.http_idle_timeout_secs),
+            request_timeout: Duration::from_secs(self.http_request_timeout_secs),
+            max_connections: self.http_max_connections,
+        }
+    }
+}
+
 // ---- subcommands --------------------------------------------------------------
 
 #[derive(Args, Clone, Debug)]
 pub struct DevArgs {
     #[command(flatten)]
     pub data: DataArgs,
-    /// Address of /v1, /ingest/v1, /metrics, /livez and /readyz.
+    /// Address of /v1, /ingest/v1 (and /metrics, /livez and /readyz unless
+    /// --metrics-listen is given).
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
+    /// Address of /metrics, /livez and /readyz (default: the listen
+    /// address); when set, the listen address does not serve them.
+    #[arg(long, env = "HINDSIGHT_METRICS_LISTEN")]
+    pub metrics_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    pub http: HttpArgs,
     #[command(flatten)]
     pub ingest: IngestOpts,
     #[command(flatten)]
@@ -380,9 +421,12 @@ pub struct IngestArgs {
     pub producer: KafkaProducerArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: SocketAddr,
-    /// Address of /metrics, /livez and /readyz (default: the listen address).
+    /// Address of /metrics, /livez and /readyz (default: the listen
+    /// address); when set, the listen address does not serve them.
     #[arg(long, env = "HINDSIGHT_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    pub http: HttpArgs,
     #[command(flatten)]
     pub ingest: IngestOpts,
 }
@@ -423,6 +467,8 @@ pub struct ProjectorArgs {
     )]
     pub metrics_listen: SocketAddr,
     #[command(flatten)]
+    pub http: HttpArgs,
+    #[command(flatten)]
     pub projector: ProjectorOpts,
 }
 
@@ -452,9 +498,12 @@ pub struct ApiArgs {
     pub plans: PlanArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
-    /// Address of /metrics, /livez and /readyz (default: the listen address).
+    /// Address of /metrics, /livez and /readyz (default: the listen
+    /// address); when set, the listen address does not serve them.
     #[arg(long, env = "HINDSIGHT_METRICS_LISTEN")]
     pub metrics_listen: Option<SocketAddr>,
+    #[command(flatten)]
+    pub http: HttpArgs,
 }
 
 impl ApiArgs {

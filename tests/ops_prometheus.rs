@@ -201,3 +201,56 @@ impl Drop for Killed {
         let _ = self.0.wait();
     }
 }
+
+/// A fresh deployment, before any traffic, lists every family on `/metrics`,
+/// counters at zero for each label value they can be recorded with, so
+/// dashboards and alerts can tell zero from absent. (The families keyed by
+/// partition appear once the partition is known: the log's head at open,
+/// the projector's lag after its first step, its position once it has one.)
+#[tokio::test(flavor = "multi_thread")]
+async fn every_metric_family_is_listed_from_start_with_zero_counters() {
+    let app = spawn_app("families-from-start").await;
+    let keyed_by_partition = [
+        hindsight_telemetry::LOG_HEAD,
+        hindsight_telemetry::PROJECTOR_POSITION,
+        hindsight_telemetry::PROJECTOR_LAG,
+    ];
+    let body = client()
+        .get(format!("{}/metrics", app.ops))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let missing: Vec<&str> = hindsight_telemetry::DESCRIPTIONS
+        .iter()
+        .map(|(name, _, _)| *name)
+        .filter(|name| !keyed_by_partition.contains(name))
+        .filter(|name| !body.contains(&format!("# TYPE {name} ")))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "families absent from start: {missing:?}"
+    );
+    for reject in hindsight_schemas::wire::RejectKind::ALL {
+        let series = format!(
+            "{}{{reason=\"{}\"}} 0\n",
+            hindsight_telemetry::INGEST_EVENTS_REJECTED,
+            reject.label()
+        );
+        assert!(body.contains(&series), "no {series}");
+    }
+    for series in [
+        "hindsight_api_rate_limited_total 0\n",
+        "hindsight_api_forbidden_total{reason=\"lookback\"} 0\n",
+        "hindsight_api_auth_failures_total{reason=\"missing\"} 0\n",
+        "hindsight_api_requests_total{route=\"/v1/health\",status=\"429\"} 0\n",
+        "hindsight_ingest_responses_total{status=\"413\"} 0\n",
+        "hindsight_kafka_delivery_errors_total{reason=\"not_confirmed\"} 0\n",
+    ] {
+        assert!(body.contains(series), "no {series}");
+    }
+    promtool_accepts("fresh api", &body);
+    app.stop().await;
+}

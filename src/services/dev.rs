@@ -1,5 +1,5 @@
-//! `hindsight dev`: the ingest and API routes on one listener, the
-//! projector and (optionally) the demo feed as workers, all over one set of
+//! `hindsight dev`: the ingest and API routes on one listener (with the ops
+//! routes, unless they have their own listener), the projector and (optionally) the demo feed as workers, all over one set of
 //! embedded backends.
 
 use super::api::{self, ApiConfig};
@@ -9,7 +9,6 @@ use super::{projector, Listeners, Service};
 use crate::backends::Backends;
 use crate::demo::{self, DemoConfig, Sink};
 use hindsight_projector::ProjectorConfig;
-use tokio::net::TcpListener;
 
 pub struct DevConfig {
     pub ingest: IngestConfig,
@@ -22,7 +21,7 @@ pub struct DevConfig {
 pub async fn build(
     cfg: &DevConfig,
     backends: &Backends,
-    listener: TcpListener,
+    listeners: Listeners,
 ) -> anyhow::Result<Service> {
     let (log, store) = (backends.log()?, backends.store()?);
     let routes = api::router(&cfg.api, store.clone())
@@ -32,10 +31,6 @@ pub async fn build(
         log: Some(log.clone()),
         store: Some(store),
     });
-    let listeners = Listeners {
-        service: listener,
-        ops: None,
-    };
     let mut service = Service::new("dev", listeners, routes, ops);
     projector::attach(&mut service, &cfg.projector, backends)?;
     if let Some(demo) = &cfg.demo {

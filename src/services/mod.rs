@@ -9,12 +9,14 @@
 
 pub mod api;
 pub mod dev;
+pub mod http;
 pub mod ingest;
 pub mod ops;
 pub mod projector;
 
 use anyhow::Context;
 use axum::Router;
+use http::HttpLimits;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -25,7 +27,8 @@ use tokio::sync::watch;
 type Worker = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 /// The listeners of a service: its own address, and optionally a separate
-/// one for `/metrics`, `/livez` and `/readyz` (else those share the first).
+/// one for `/metrics`, `/livez` and `/readyz` (else those share the first;
+/// when they have their own, the service address does not serve them).
 pub struct Listeners {
     pub service: TcpListener,
     pub ops: Option<TcpListener>,
@@ -56,6 +59,7 @@ pub struct Service {
     name: &'static str,
     service: (TcpListener, Router),
     ops: Option<(TcpListener, Router)>,
+    limits: HttpLimits,
     workers: Vec<Worker>,
     stop: watch::Sender<bool>,
 }
@@ -72,9 +76,18 @@ impl Service {
             name,
             service,
             ops,
+            limits: HttpLimits::default(),
             workers: Vec::new(),
             stop: watch::Sender::new(false),
         }
+    }
+
+    /// Bounds every connection of every listener of the service (each
+    /// listener has its own connection cap, so a flood on the public address
+    /// never starves the ops listener).
+    pub fn with_http_limits(mut self, limits: HttpLimits) -> Self {
+        self.limits = limits;
+        self
     }
 
     /// Adds a background task, given the signal that tells it to stop.
@@ -121,12 +134,9 @@ impl Service {
 
         let mut tasks = tokio::task::JoinSet::new();
         for (listener, router) in std::iter::once(self.service).chain(self.ops) {
-            let mut stop = self.stop.subscribe();
+            let (stop, limits) = (self.stop.subscribe(), self.limits);
             tasks.spawn(async move {
-                axum::serve(listener, router)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|s| *s).await;
-                    })
+                http::serve(listener, router, limits, stop)
                     .await
                     .context("serving HTTP")
             });

@@ -242,3 +242,49 @@ pub fn install() -> PrometheusHandle {
         })
         .clone()
 }
+
+/// Registers every family at zero so `/metrics` lists each from the start:
+/// a dashboard or an alert can then tell "none yet" from "not exported".
+/// `known` gives the series of labelled families, as `(family, labels)`,
+/// each with the label values the caller knows it can record; a family not
+/// named there gets one series without labels. Gauges keyed by something
+/// only known at run time (a partition) are left to whoever learns it.
+/// Registering never changes a value already recorded.
+pub fn register_zeros(known: &[(&'static str, Vec<(&'static str, String)>)]) {
+    // Keyed by partition: a zero for a partition that may not exist (or
+    // whose real position is not 0) would mislead.
+    const KEYED_AT_RUN_TIME: [&str; 3] = [LOG_HEAD, PROJECTOR_POSITION, PROJECTOR_LAG];
+    install();
+    for (name, unit, _) in DESCRIPTIONS {
+        if KEYED_AT_RUN_TIME.contains(name) {
+            continue;
+        }
+        let series: Vec<Vec<metrics::Label>> = known
+            .iter()
+            .filter(|(family, _)| family == name)
+            .map(|(_, labels)| {
+                labels
+                    .iter()
+                    .map(|(k, v)| metrics::Label::new(*k, v.clone()))
+                    .collect()
+            })
+            .collect();
+        let series = if series.is_empty() {
+            vec![Vec::new()]
+        } else {
+            series
+        };
+        for labels in series {
+            match unit {
+                Unit::Seconds => {
+                    let _ = metrics::histogram!(*name, labels);
+                }
+                _ if name.ends_with("_total") => metrics::counter!(*name, labels).increment(0),
+                _ if *name == INGEST_BATCH_LINES => {
+                    let _ = metrics::histogram!(*name, labels);
+                }
+                _ => metrics::gauge!(*name, labels).increment(0.0),
+            }
+        }
+    }
+}

@@ -150,3 +150,48 @@ fn a_service_says_where_it_listens() {
     let addr: std::net::SocketAddr = addr.parse().unwrap();
     assert!(addr.ip().is_loopback() && addr.port() != 0, "{line}");
 }
+
+/// Every serving subcommand bounds its connections by flag and variable,
+/// refuses a zero bound, and `dev` can put its ops routes apart.
+#[test]
+fn every_serving_subcommand_takes_connection_bounds_and_an_ops_address() {
+    for subcommand in ["dev", "ingest", "api", "projector"] {
+        let text = help(subcommand);
+        for (flag, var) in [
+            (
+                "--http-header-timeout-secs",
+                "HINDSIGHT_HTTP_HEADER_TIMEOUT_SECS",
+            ),
+            (
+                "--http-idle-timeout-secs",
+                "HINDSIGHT_HTTP_IDLE_TIMEOUT_SECS",
+            ),
+            (
+                "--http-request-timeout-secs",
+                "HINDSIGHT_HTTP_REQUEST_TIMEOUT_SECS",
+            ),
+            ("--http-max-connections", "HINDSIGHT_HTTP_MAX_CONNECTIONS"),
+            ("--metrics-listen", "HINDSIGHT_METRICS_LISTEN"),
+        ] {
+            assert!(
+                text.contains(flag) && text.contains(var),
+                "{subcommand} --help lacks {flag} / {var}:\n{text}"
+            );
+        }
+    }
+    let out = Command::new(bin())
+        .args(["dev", "--http-max-connections", "0"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--http-max-connections"), "{err}");
+    let out = Command::new(bin())
+        .args(["api", "--listen", "127.0.0.1:0"])
+        .env("HINDSIGHT_HTTP_HEADER_TIMEOUT_SECS", "0")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--http-header-timeout-secs"), "{err}");
+}

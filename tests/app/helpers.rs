@@ -5,6 +5,7 @@
 use hindsight::backends::{BackendConfig, Backends};
 use hindsight::services::api::ApiConfig;
 use hindsight::services::dev::DevConfig;
+use hindsight::services::http::HttpLimits;
 use hindsight::services::ingest::IngestConfig;
 use hindsight::services::{self, Listeners, Service};
 use hindsight_api::plans::Plans;
@@ -36,6 +37,10 @@ pub fn temp_dir(name: &str) -> PathBuf {
 pub struct Options {
     pub plans_file: Option<PathBuf>,
     pub max_body_bytes: usize,
+    /// The connection bounds of every listener.
+    pub http: HttpLimits,
+    /// Dev only: `/metrics`, `/livez` and `/readyz` on their own listener.
+    pub ops_listener: bool,
 }
 
 impl Default for Options {
@@ -43,6 +48,8 @@ impl Default for Options {
         Options {
             plans_file: None,
             max_body_bytes: 64 << 20,
+            http: HttpLimits::default(),
+            ops_listener: false,
         }
     }
 }
@@ -53,6 +60,9 @@ pub struct TestApp {
     pub api: String,
     /// Base URL of `/ingest/v1`.
     pub ingest: String,
+    /// Base URL of `/metrics`, `/livez` and `/readyz` (for `spawn_app`, the
+    /// API's).
+    pub ops: String,
     pub data_dir: PathBuf,
     pub clock: Arc<ManualClock>,
     pub plans: Arc<Plans>,
@@ -142,16 +152,22 @@ pub async fn spawn_app_in(dir: &Path, opts: Options) -> TestApp {
             ops: None,
         }
     };
-    let ingest = services::ingest::build(&ingest_cfg, &backends, listeners().await).unwrap();
+    let ingest = services::ingest::build(&ingest_cfg, &backends, listeners().await)
+        .unwrap()
+        .with_http_limits(opts.http);
     let projector =
-        services::projector::build(&ProjectorConfig::default(), &backends, port0().await).unwrap();
+        services::projector::build(&ProjectorConfig::default(), &backends, port0().await)
+            .unwrap()
+            .with_http_limits(opts.http);
     let api = services::api::build(&api_cfg, &backends, listeners().await)
         .await
-        .unwrap();
+        .unwrap()
+        .with_http_limits(opts.http);
     let (api_addr, ingest_addr) = (api.local_addr(), ingest.local_addr());
     let mut app = TestApp {
         api: base(api_addr),
         ingest: base(ingest_addr),
+        ops: base(api.ops_addr()),
         data_dir: dir.to_path_buf(),
         clock,
         plans: api_cfg.plans.clone(),
@@ -170,6 +186,10 @@ pub async fn spawn_app_in(dir: &Path, opts: Options) -> TestApp {
 /// `hindsight dev`'s composition (ingest, API and ops on one port, the
 /// projector as a worker), without demo data.
 pub async fn spawn_dev(name: &str) -> TestApp {
+    spawn_dev_with(name, Options::default()).await
+}
+
+pub async fn spawn_dev_with(name: &str, opts: Options) -> TestApp {
     let dir = temp_dir(name);
     let backends = Backends::connect(&BackendConfig::embedded(&dir))
         .await
@@ -181,18 +201,28 @@ pub async fn spawn_dev(name: &str) -> TestApp {
             token: INGEST_TOKEN.into(),
             max_body_bytes: 64 << 20,
         },
-        api: api_config(&Options::default(), &clock),
+        api: api_config(&opts, &clock),
         projector: ProjectorConfig::default(),
         demo: None,
     };
-    let dev = services::dev::build(&cfg, &backends, port0().await)
+    let listeners = Listeners {
+        service: port0().await,
+        ops: if opts.ops_listener {
+            Some(port0().await)
+        } else {
+            None
+        },
+    };
+    let dev = services::dev::build(&cfg, &backends, listeners)
         .await
-        .unwrap();
-    let addr = base(dev.local_addr());
+        .unwrap()
+        .with_http_limits(opts.http);
+    let (addr, ops) = (base(dev.local_addr()), base(dev.ops_addr()));
     let (stop, task) = run(dev);
     TestApp {
         api: addr.clone(),
         ingest: addr,
+        ops,
         data_dir: dir,
         clock,
         plans: cfg.api.plans.clone(),

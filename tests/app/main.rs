@@ -10,5 +10,6 @@ mod cli;
 mod faults;
 mod helpers;
 mod ingest_validation;
+mod listeners;
 mod ops;
 mod pipeline;
