@@ -268,7 +268,11 @@ pub struct IngestOpts {
     pub wire: WireLimitsOpts,
     /// Most refused lines listed in one ingest response; the rest are only
     /// counted (`rejected_count`).
-    #[arg(long, env = "HINDSIGHT_INGEST_MAX_LISTED_REJECTS", default_value_t = 1000)]
+    #[arg(
+        long,
+        env = "HINDSIGHT_INGEST_MAX_LISTED_REJECTS",
+        default_value_t = 1000
+    )]
     pub ingest_max_listed_rejects: usize,
 }
 
@@ -287,7 +291,11 @@ impl IngestOpts {
 pub struct WireLimitsOpts {
     /// How far past now (seconds) a `ts` or catalog `updated_at` may lie
     /// before the line is refused as `in_the_future`.
-    #[arg(long, env = "HINDSIGHT_INGEST_MAX_FUTURE_SKEW_SECS", default_value_t = 300)]
+    #[arg(
+        long,
+        env = "HINDSIGHT_INGEST_MAX_FUTURE_SKEW_SECS",
+        default_value_t = 300
+    )]
     pub ingest_max_future_skew_secs: u32,
     /// Most levels on one side of a book snapshot.
     #[arg(long, env = "HINDSIGHT_INGEST_MAX_BOOK_LEVELS", default_value_t = 1000)]

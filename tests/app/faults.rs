@@ -27,6 +27,7 @@ async fn serve_ingest(log: Arc<dyn EventLog>) -> String {
     let cfg = IngestConfig {
         token: INGEST_TOKEN.into(),
         max_body_bytes: 1 << 20,
+        limits: Default::default(),
     };
     let router = hindsight::services::ingest::router(&cfg, log);
     let listener = port0().await;

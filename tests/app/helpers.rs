@@ -145,6 +145,7 @@ pub async fn spawn_app_in(dir: &Path, opts: Options) -> TestApp {
     let ingest_cfg = IngestConfig {
         token: INGEST_TOKEN.into(),
         max_body_bytes: opts.max_body_bytes,
+        limits: Default::default(),
     };
     let listeners = || async {
         Listeners {
@@ -200,6 +201,7 @@ pub async fn spawn_dev_with(name: &str, opts: Options) -> TestApp {
         ingest: IngestConfig {
             token: INGEST_TOKEN.into(),
             max_body_bytes: 64 << 20,
+            limits: Default::default(),
         },
         api: api_config(&opts, &clock),
         projector: ProjectorConfig::default(),

@@ -38,6 +38,7 @@ async fn every_service_serves_metrics_promtool_accepts_and_probes() {
         &IngestConfig {
             token: INGEST_TOKEN.into(),
             max_body_bytes: 1 << 20,
+            limits: Default::default(),
         },
         &for_ingest,
         with_ops().await,
