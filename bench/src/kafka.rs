@@ -2,8 +2,7 @@
 //! rdkafka producer sending the same encoded records to the same broker in
 //! the same run, and Kafka → read store events/s for the projector.
 //!
-//! Broker: `HINDSIGHT_BENCH_KAFKA=host:port`, or else a tansu started here
-//! (it must be on PATH; `scripts/install-tools.sh` installs it).
+//! Broker: Apache Kafka at `HINDSIGHT_KAFKA_BROKERS` (`scripts/engines.sh`).
 
 use hindsight_contracts::ConsumerSource;
 use hindsight_kafka::{KafkaConfig, KafkaLog, KafkaSource};
@@ -12,56 +11,19 @@ use hindsight_projector::ProjectorConfig;
 use hindsight_schemas::{codec, wire, Timestamp};
 use hindsight_sqlite::SqliteStore;
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "bench-ingest-token";
 
-struct Broker(Option<Child>, String);
-
-impl Drop for Broker {
-    fn drop(&mut self) {
-        if let Some(c) = &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
-fn broker(dir: &std::path::Path) -> anyhow::Result<Broker> {
-    if let Ok(b) = std::env::var("HINDSIGHT_BENCH_KAFKA") {
-        return Ok(Broker(None, b));
-    }
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let url = format!("tcp://127.0.0.1:{port}");
-    std::fs::create_dir_all(dir)?;
-    let child = Command::new("tansu")
-        .args([
-            "broker",
-            "--listener-url",
-            &url,
-            "--advertised-listener-url",
-            &url,
-            "--storage-engine",
-            "sqlite://tansu.db",
-        ])
-        .current_dir(dir)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| {
-            anyhow::anyhow!("starting tansu (install it with scripts/install-tools.sh): {e}")
-        })?;
-    let addr = format!("127.0.0.1:{port}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while std::net::TcpStream::connect(&addr).is_err() {
-        anyhow::ensure!(Instant::now() < deadline, "tansu did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    Ok(Broker(Some(child), addr))
+/// The broker under test: Apache Kafka from `scripts/engines.sh`
+/// (`eval "$(scripts/engines.sh start)"` exports its address).
+fn brokers() -> anyhow::Result<String> {
+    std::env::var("HINDSIGHT_KAFKA_BROKERS").map_err(|_| {
+        anyhow::anyhow!(
+            "HINDSIGHT_KAFKA_BROKERS is not set: start Apache Kafka with `eval \"$(scripts/engines.sh start)\"`"
+        )
+    })
 }
 
 pub fn run(quick: bool) -> anyhow::Result<()> {
@@ -74,11 +36,11 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
 async fn run_async(quick: bool) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("hindsight-bench-kafka-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
-    let broker = broker(&dir.join("broker"))?;
+    let brokers = brokers()?;
     let events = if quick { 100_000 } else { 400_000 };
     let batch_lines = 10_000;
     let config = |prefix: &str| KafkaConfig {
-        brokers: broker.1.clone(),
+        brokers: brokers.clone(),
         topic_prefix: prefix.into(),
         partitions: 6,
         replication: 1,
@@ -180,21 +142,13 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
     }
     let project = applied as f64 / started.map_or(1e-9, |s: Instant| s.elapsed().as_secs_f64());
 
-    println!(
-        "== Kafka ({}; 6 partitions; {events} price ticks)",
-        if broker.0.is_some() {
-            "tansu, started here"
-        } else {
-            "HINDSIGHT_BENCH_KAFKA"
-        }
-    );
+    println!("== Kafka (Apache Kafka at {brokers}; 6 partitions; {events} price ticks)");
     println!("   raw rdkafka producer, pre-encoded records      {raw:>10.0} events/s");
     println!(
         "   HTTP ingest -> Kafka (8 connections, confirmed) {ingest:>10.0} events/s  ({:.2}x raw)",
         ingest / raw
     );
     println!("   Kafka -> read store (projector, from 1st batch)  {project:>10.0} events/s");
-    drop(broker);
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

@@ -9,7 +9,8 @@
 //!   markets next to a hello-world route, and the API process's peak RSS
 //!   (needs `cargo build --release` first, for the `hindsight` binary);
 //! - `kafka`: HTTP ingest → Kafka next to a raw rdkafka producer, and
-//!   Kafka → read store (needs tansu on PATH, or `HINDSIGHT_BENCH_KAFKA`).
+//!   Kafka → read store (needs Apache Kafka at `HINDSIGHT_KAFKA_BROKERS`:
+//!   `eval "$(scripts/engines.sh start)"`).
 
 mod api;
 mod kafka;
