@@ -6,7 +6,11 @@
 //! write), never automatically. A crash re-delivers everything after the last
 //! commit; the per-row offsets in the read store make those re-deliveries
 //! no-ops. Rebalance callbacks run only inside `poll`, when the projector has
-//! nothing uncommitted; after one, the projector drops its cached rows.
+//! written and committed everything it returned before; records taken from a
+//! revoked partition earlier in the same batch are dropped (redelivered to
+//! the partition's next owner), and [`LogConsumer::assignment_changed`] is
+//! true before any record of a new assignment is returned, so the projector
+//! drops its cached rows first.
 
 use crate::topics::{partition_id, split_partition_id, KafkaConfig};
 use async_trait::async_trait;
@@ -18,17 +22,37 @@ use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Notes rebalances for the projector.
+///
+/// Both callbacks run on the thread calling `poll`, inside it (the classic
+/// group protocol with the eager assignor, rdkafka's default: every
+/// rebalance revokes every partition, then assigns anew from the committed
+/// offsets).
 pub struct GroupContext {
     changed: Arc<AtomicBool>,
+    /// Partitions revoked since `poll_batch` last looked: records already
+    /// taken from them in the current batch must not be returned.
+    revoked: Arc<Mutex<Vec<(String, i32)>>>,
 }
 
 impl ClientContext for GroupContext {}
 
 impl ConsumerContext for GroupContext {
+    fn pre_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
+        if let Rebalance::Revoke(tpl) = rebalance {
+            let mut revoked = self.revoked.lock().unwrap();
+            for e in tpl.elements() {
+                revoked.push((e.topic().to_string(), e.partition()));
+            }
+        }
+        // Set before the new assignment is applied, so no record of it can
+        // be returned before `assignment_changed` says so.
+        self.changed.store(true, Ordering::SeqCst);
+    }
+
     fn post_rebalance(&self, _: &BaseConsumer<Self>, rebalance: &Rebalance<'_>) {
         match rebalance {
             Rebalance::Assign(tpl) => {
@@ -49,6 +73,7 @@ pub struct KafkaConsumer {
     inner: Arc<Inner>,
     config: KafkaConfig,
     changed: Arc<AtomicBool>,
+    revoked: Arc<Mutex<Vec<(String, i32)>>>,
     last_lag: Option<(Instant, Vec<(u32, u64)>)>,
 }
 
@@ -61,6 +86,7 @@ impl KafkaConsumer {
     /// from the earliest offsets.
     pub fn join(config: &KafkaConfig) -> Result<Self> {
         let changed = Arc::new(AtomicBool::new(false));
+        let revoked = Arc::new(Mutex::new(Vec::new()));
         let mut client = config.client();
         if let Some(id) = &config.instance_id {
             client.set("group.instance.id", id);
@@ -74,6 +100,7 @@ impl KafkaConsumer {
             .set("heartbeat.interval.ms", "1000")
             .create_with_context(GroupContext {
                 changed: changed.clone(),
+                revoked: revoked.clone(),
             })
             .map_err(fail)?;
         let topics = config.topics();
@@ -83,20 +110,49 @@ impl KafkaConsumer {
             inner: Arc::new(inner),
             config: config.clone(),
             changed,
+            revoked,
             last_lag: None,
         })
     }
 
+    /// The partitions this member holds now, as log partition ids.
+    pub fn assignment(&self) -> Result<Vec<u32>> {
+        let tpl = self.inner.assignment().map_err(fail)?;
+        Ok(tpl
+            .elements()
+            .iter()
+            .filter_map(|e| {
+                let topic = self.config.index_of(e.topic())?;
+                Some(partition_id(topic, e.partition()))
+            })
+            .collect())
+    }
+
+    /// Up to `max` records. A rebalance inside the batch drops the records
+    /// already taken from the revoked partitions: they are uncommitted, so
+    /// their new owner (or this member, re-assigned from the committed
+    /// offset) delivers them again, and projecting them here would race
+    /// with that owner's writes to the same rows.
     fn poll_batch(
         inner: &Inner,
         config: &KafkaConfig,
+        revoked: &Mutex<Vec<(String, i32)>>,
         max: usize,
         wait: Duration,
     ) -> Result<Vec<Delivered>> {
-        let mut out = Vec::new();
+        let mut out: Vec<Delivered> = Vec::new();
         let mut timeout = wait;
         while out.len() < max {
-            let Some(message) = inner.poll(timeout) else {
+            let polled = inner.poll(timeout);
+            let gone = std::mem::take(&mut *revoked.lock().unwrap());
+            if !gone.is_empty() {
+                let gone: Vec<u32> = gone
+                    .iter()
+                    .filter_map(|(t, p)| Some(partition_id(config.index_of(t)?, *p)))
+                    .collect();
+                out.retain(|d| !gone.contains(&d.position.partition));
+            }
+            let Some(message) = polled else {
                 break;
             };
             // After the first message, take only what is already fetched.
@@ -139,8 +195,12 @@ async fn blocking<R: Send + 'static>(f: impl FnOnce() -> Result<R> + Send + 'sta
 #[async_trait]
 impl LogConsumer for KafkaConsumer {
     async fn poll(&mut self, max: usize, wait: Duration) -> Result<Vec<Delivered>> {
-        let (inner, config) = (self.inner.clone(), self.config.clone());
-        blocking(move || KafkaConsumer::poll_batch(&inner, &config, max, wait)).await
+        let (inner, config, revoked) = (
+            self.inner.clone(),
+            self.config.clone(),
+            self.revoked.clone(),
+        );
+        blocking(move || KafkaConsumer::poll_batch(&inner, &config, &revoked, max, wait)).await
     }
 
     async fn commit(&mut self, upto: &[Position]) -> Result<()> {

@@ -2,6 +2,7 @@
 //! HTTP to it, as a pipeline and an API client would.
 #![allow(dead_code)]
 
+pub mod cql;
 pub mod kafka;
 
 use std::io::{BufRead, BufReader};
