@@ -343,7 +343,13 @@ fn consumer_source(
     match kafka.config() {
         Some(config) => {
             hindsight_kafka::topics::verify(&config, Duration::from_secs(10))?;
-            Ok((Arc::new(KafkaSource { config }), None))
+            Ok((
+                Arc::new(KafkaSource {
+                    config,
+                    store: Some(store.clone()),
+                }),
+                None,
+            ))
         }
         None => {
             let lock = lock_projector(&data.data_dir)?;

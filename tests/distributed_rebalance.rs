@@ -7,7 +7,9 @@
 
 mod common;
 use common::cql::{assert_same_tables, Cql, Keyspace};
-use common::kafka::{batch_lines, post_batch, rebuild_into, service, wait_http, Topics};
+use common::kafka::{
+    batch_lines, post_batch, rebuild_into, service, wait_caught_up, wait_http, Topics,
+};
 use common::*;
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -117,6 +119,7 @@ async fn partitions_move_between_live_projectors_without_loss_or_double_counting
     eprintln!("projector 1 applied {one}, projector 2 applied {two}");
     assert!(one > 0 && two > 0, "both projectors held partitions");
 
+    wait_caught_up(&topics, &cql, &ks.name).await;
     let incremental = cql.snapshot(&ks.name).await;
     let clean = Keyspace::migrate("rebalance_clean");
     rebuild_into(&topics, &clean, &dir);

@@ -277,7 +277,7 @@ fn member(
         max_in_flight: 1,
     };
     tokio::spawn(async move {
-        let mut c = hindsight_kafka::KafkaConsumer::join(&config).unwrap();
+        let mut c = hindsight_kafka::KafkaConsumer::join(&config, None).unwrap();
         let mut seen = Vec::new();
         while !stop.load(Ordering::SeqCst) {
             let got = c.poll(batch, Duration::from_millis(100)).await.unwrap();

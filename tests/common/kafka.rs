@@ -237,3 +237,54 @@ pub fn rebuild_into(topics: &Topics, ks: &super::cql::Keyspace, dir: &std::path:
         t0.elapsed().as_secs_f64()
     );
 }
+
+/// Waits until the keyspace's consumed positions reach the end of every
+/// non-empty partition of the topics: the projectors have written all
+/// there is (row counts alone can match while a catalog record or the
+/// last consumed position is still being written).
+pub async fn wait_caught_up(topics: &Topics, cql: &super::cql::Cql, ks: &str) {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use scylla::value::CqlValue;
+    let probe: BaseConsumer = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", &topics.brokers)
+        .create()
+        .unwrap();
+    let mut ends = std::collections::BTreeMap::new();
+    for (k, kind) in hindsight_kafka::topics::KINDS.iter().enumerate() {
+        let name = format!("{}.{kind}", topics.prefix);
+        let meta = probe
+            .fetch_metadata(Some(&name), std::time::Duration::from_secs(10))
+            .unwrap();
+        for p in meta.topics()[0].partitions() {
+            let (_, high) = probe
+                .fetch_watermarks(&name, p.id(), std::time::Duration::from_secs(10))
+                .unwrap();
+            if high > 0 {
+                ends.insert(
+                    hindsight_kafka::topics::partition_id(k, p.id()) as i32,
+                    high,
+                );
+            }
+        }
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    loop {
+        let consumed: std::collections::BTreeMap<i32, i64> = cql
+            .rows(&format!("SELECT partition, next_offset FROM {ks}.consumed"))
+            .await
+            .into_iter()
+            .filter_map(|r| match (&r[0], &r[1]) {
+                (Some(CqlValue::Int(p)), Some(CqlValue::BigInt(o))) => Some((*p, *o)),
+                _ => None,
+            })
+            .collect();
+        if consumed == ends {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "projectors never reached the end of the log: consumed {consumed:?}, log ends {ends:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
