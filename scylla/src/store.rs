@@ -383,7 +383,9 @@ impl ScyllaStore {
             .maybe_first_row::<(CqlTimestamp, i64)>()
             .map_err(corrupt)?
         {
-            if (updated.0, pos.offset as i64) <= (at.0, offset) {
+            // Equal is the same record delivered again: written again, since
+            // a crash may have come between the record and its lookups below.
+            if (updated.0, pos.offset as i64) < (at.0, offset) {
                 return Ok(());
             }
         }
