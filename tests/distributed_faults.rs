@@ -18,14 +18,12 @@ use common::kafka::{
 };
 use common::*;
 use std::collections::BTreeMap;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
 
-static ENGINES: Mutex<()> = Mutex::new(());
-
-fn engines() -> std::sync::MutexGuard<'static, ()> {
-    ENGINES.lock().unwrap_or_else(|e| e.into_inner())
-}
+/// Held for a whole test (an async lock: it is held across awaits, and
+/// each test has its own runtime).
+static ENGINES: Mutex<()> = Mutex::const_new(());
 
 const TICKS: usize = 200;
 
@@ -83,7 +81,7 @@ fn backfill_batches(
 
 #[tokio::test(flavor = "multi_thread")]
 async fn projectors_sigkilled_ten_times_mid_stream_lose_and_double_nothing() {
-    let _engines = engines();
+    let _engines = ENGINES.lock().await;
     let started = Instant::now();
     let dir = temp_dir("fault-projector");
     let topics = Topics::init("fault_projector", 4);
@@ -152,7 +150,7 @@ async fn projectors_sigkilled_ten_times_mid_stream_lose_and_double_nothing() {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn the_broker_sigkilled_during_ingest_and_restarted_loses_no_acknowledged_event() {
-    let _engines = engines();
+    let _engines = ENGINES.lock().await;
     let started = Instant::now();
     let dir = temp_dir("fault-broker");
     let topics = Topics::init("fault_broker", 3);
@@ -233,7 +231,7 @@ async fn the_broker_sigkilled_during_ingest_and_restarted_loses_no_acknowledged_
 
 #[tokio::test(flavor = "multi_thread")]
 async fn cassandra_sigkilled_during_projection_and_restarted_loses_no_event() {
-    let _engines = engines();
+    let _engines = ENGINES.lock().await;
     let started = Instant::now();
     let dir = temp_dir("fault-cassandra");
     let topics = Topics::init("fault_cassandra", 4);
