@@ -173,11 +173,22 @@ async fn every_service_its_own_process_answers_like_the_embedded_deployment() {
     for path in &requests {
         let want = answer(&dev.base, API_KEY, path).await;
         for api in &apis {
-            let got = answer(api, &key, path).await;
-            assert_eq!(
-                got, want,
-                "{api}{path} differs from the embedded deployment"
-            );
+            // An API replica learns catalog changes from the store's change
+            // feed every few seconds: it may be briefly behind.
+            let deadline = Instant::now() + Duration::from_secs(30);
+            loop {
+                let got = answer(api, &key, path).await;
+                if got == want {
+                    break;
+                }
+                if Instant::now() > deadline {
+                    assert_eq!(
+                        got, want,
+                        "{api}{path} differs from the embedded deployment"
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
         }
         if want.0 == 200 {
             nonempty += 1;
