@@ -4,7 +4,7 @@
 //! of `hindsight-contracts`.
 
 use anyhow::{anyhow, Context};
-use hindsight_contracts::{ConsumerSource, EventLog, Store};
+use hindsight_contracts::{ConsumerSource, EventLog, ProjectionStore, Store};
 use hindsight_kafka::{KafkaConfig, KafkaLog, KafkaSource};
 use hindsight_scylla::{ScyllaConfig, ScyllaStore};
 use hindsight_sqlite::{EmbeddedSource, IdempotencyFile, SqliteLog, SqliteStore};
@@ -150,6 +150,7 @@ impl Backends {
                 if uses.consume {
                     backends.source = Some(Arc::new(KafkaSource {
                         config: kafka.config.clone(),
+                        store: store.clone().map(|s| s as Arc<dyn ProjectionStore>),
                     }));
                 }
             }

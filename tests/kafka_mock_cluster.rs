@@ -84,7 +84,10 @@ async fn appended_events_are_projected_from_a_consumer_group() {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
     let mut projector = Projector::new(
-        Arc::new(KafkaSource { config }),
+        Arc::new(KafkaSource {
+            config,
+            store: Some(store.clone()),
+        }),
         store.clone(),
         ProjectorConfig::default(),
     );

@@ -7,7 +7,7 @@ mod common;
 use common::*;
 use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
 const DAY: i64 = 1_756_684_800;
@@ -80,7 +80,7 @@ fn write_events(path: &Path, seed: u64, rounds: usize, offset_secs: i64) -> Coun
 }
 
 fn backfill(dir: &Path, file: &Path) -> Child {
-    Command::new(bin())
+    hindsight()
         .args(["backfill", "--no-progress", "--data-dir"])
         .arg(dir)
         .arg(file)
@@ -91,7 +91,7 @@ fn backfill(dir: &Path, file: &Path) -> Child {
 
 fn start_projector(dir: &Path) -> Killed {
     Killed(
-        Command::new(bin())
+        hindsight()
             .args([
                 "projector",
                 "--metrics-listen",
@@ -200,7 +200,7 @@ fn sigkilled_projector_neither_loses_nor_double_counts() {
     }
     let incremental = snapshot(&dir.join("store.db"));
 
-    let rebuilt = Command::new(bin())
+    let rebuilt = hindsight()
         .args(["rebuild", "--data-dir"])
         .arg(&dir)
         .output()

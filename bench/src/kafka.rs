@@ -127,6 +127,7 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
     let store = Arc::new(SqliteStore::open(&dir.join("store"))?);
     let source = KafkaSource {
         config: cfg.clone(),
+        store: Some(store.clone()),
     };
     let mut consumer = source.open().await?;
     let mut projector = Projector::new(Arc::new(source), store, ProjectorConfig::default());

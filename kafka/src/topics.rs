@@ -1,15 +1,37 @@
 //! Topics, their names and settings, and `hindsight kafka init`.
+//!
+//! The topics are the source of truth: `rebuild` replays them from the
+//! first offset. So they must never delete an event: `retention.ms=-1`,
+//! `retention.bytes=-1` and `cleanup.policy=delete` (compaction would keep
+//! only the newest record per key, i.e. drop history). The broker's
+//! defaults (7 days, delete) would silently lose history, so `init` creates
+//! topics with these settings and fixes existing ones, and `verify` — run
+//! by every service at start and by ingest's readiness — refuses a topic
+//! that would lose events.
 
 use hindsight_contracts::{Error, Result};
 use hindsight_schemas::EventKind;
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{
+    AdminClient, AdminOptions, AlterConfig, ConfigResource, NewTopic, ResourceSpecifier,
+    TopicReplication,
+};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
 use rdkafka::error::RDKafkaErrorCode;
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake};
 use std::time::Duration;
 
 /// The data kinds that get a topic each, in partition-id order.
 pub const KINDS: [&str; 4] = ["prices", "books", "metrics", "catalog"];
+
+/// Topic settings that keep every event forever (see the module doc).
+pub const KEEP_FOREVER: [(&str, &str); 3] = [
+    ("retention.ms", "-1"),
+    ("retention.bytes", "-1"),
+    ("cleanup.policy", "delete"),
+];
 
 /// How to reach Kafka and lay out the topics.
 #[derive(Debug, Clone)]
@@ -76,18 +98,22 @@ fn fail(e: impl std::fmt::Display) -> Error {
     Error::unavailable("kafka", e.to_string())
 }
 
-/// Creates the topics, or verifies existing ones have the configured
-/// partition count. Brokers without topic auto-creation need this first.
+/// Creates the topics with [`KEEP_FOREVER`] settings; for topics that
+/// already exist, checks the partition count and sets [`KEEP_FOREVER`]
+/// where the topic would delete events. Returns one report line per topic.
 pub async fn init(config: &KafkaConfig) -> Result<Vec<String>> {
-    let admin: AdminClient<DefaultClientContext> = config.client().create().map_err(fail)?;
+    let admin = admin(config)?;
     let names = config.topics();
     let new: Vec<NewTopic> = names
         .iter()
         .map(|n| {
-            NewTopic::new(
-                n,
-                config.partitions,
-                TopicReplication::Fixed(config.replication),
+            KEEP_FOREVER.iter().fold(
+                NewTopic::new(
+                    n,
+                    config.partitions,
+                    TopicReplication::Fixed(config.replication),
+                ),
+                |t, (k, v)| t.set(k, v),
             )
         })
         .collect();
@@ -97,21 +123,68 @@ pub async fn init(config: &KafkaConfig) -> Result<Vec<String>> {
     for r in results {
         match r {
             Ok(name) => report.push(format!(
-                "created {name} ({} partitions, replication {})",
+                "created {name} ({} partitions, replication {}, retention forever)",
                 config.partitions, config.replication
             )),
             Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => {
-                report.push(format!("exists {name}"))
+                let described = describe(&admin, &name, Duration::from_secs(30)).await?;
+                let wrong = losing_settings(&described);
+                if wrong.is_empty() {
+                    report.push(format!("exists {name} (retention forever)"));
+                } else {
+                    keep_forever(&admin, &name, &described).await?;
+                    report.push(format!(
+                        "fixed {name}: was {}, now {}",
+                        show(&wrong),
+                        show(&KEEP_FOREVER.map(|(k, v)| (k.to_string(), v.to_string())))
+                    ));
+                }
             }
             Err((name, code)) => return Err(fail(format!("creating {name}: {code}"))),
         }
+    }
+    // A topic just created reaches every broker's metadata a moment later.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while missing_topic(config, Duration::from_secs(10))?.is_some()
+        && std::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     verify(config, Duration::from_secs(30))?;
     Ok(report)
 }
 
-/// Fails clearly when a topic is missing (brokers need not auto-create).
+/// Fails clearly when a topic is missing (brokers need not auto-create) or
+/// would delete events (finite retention, compaction).
 pub fn verify(config: &KafkaConfig, timeout: Duration) -> Result<()> {
+    if let Some(name) = missing_topic(config, timeout)? {
+        return Err(fail(format!(
+            "topic {name} does not exist: run `hindsight kafka init`"
+        )));
+    }
+    // The admin client's futures are completed by its own polling thread,
+    // so this synchronous check (called from sync and async callers alike)
+    // can wait on them without a runtime.
+    let admin = admin(config)?;
+    for name in config.topics() {
+        let described = block_on(describe(&admin, &name, timeout))?;
+        let wrong = losing_settings(&described);
+        if !wrong.is_empty() {
+            return Err(Error::backend(
+                "kafka",
+                format!(
+                    "topic {name} would delete events ({}): the log is the source of truth \
+                     that `rebuild` replays; run `hindsight kafka init` to keep events forever",
+                    show(&wrong)
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The first of the topics the broker's metadata does not list.
+fn missing_topic(config: &KafkaConfig, timeout: Duration) -> Result<Option<String>> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let probe: BaseConsumer = config.client().create().map_err(fail)?;
     for name in config.topics() {
@@ -119,14 +192,107 @@ pub fn verify(config: &KafkaConfig, timeout: Duration) -> Result<()> {
         let topic = meta.topics().iter().find(|t| t.name() == name);
         match topic {
             Some(t) if t.error().is_none() && !t.partitions().is_empty() => {}
-            _ => {
-                return Err(fail(format!(
-                    "topic {name} does not exist: run `hindsight kafka init`"
-                )))
+            _ => return Ok(Some(name)),
+        }
+    }
+    Ok(None)
+}
+
+fn admin(config: &KafkaConfig) -> Result<AdminClient<DefaultClientContext>> {
+    config.client().create().map_err(fail)
+}
+
+/// A topic's configuration; librdkafka fails the request after `timeout`.
+async fn describe(
+    admin: &AdminClient<DefaultClientContext>,
+    name: &str,
+    timeout: Duration,
+) -> Result<ConfigResource> {
+    let opts = AdminOptions::new().request_timeout(Some(timeout));
+    let mut results = admin
+        .describe_configs(&[ResourceSpecifier::Topic(name)], &opts)
+        .await
+        .map_err(fail)?;
+    match results.pop() {
+        Some(Ok(resource)) => Ok(resource),
+        Some(Err(code)) => Err(fail(format!("describing {name}: {code}"))),
+        None => Err(fail(format!("describing {name}: no answer"))),
+    }
+}
+
+/// The settings of a topic that would delete events, as (name, value).
+pub fn losing_settings(topic: &ConfigResource) -> Vec<(String, String)> {
+    let value = |name: &str| topic.get(name).and_then(|e| e.value.clone());
+    let mut wrong = Vec::new();
+    for name in ["retention.ms", "retention.bytes"] {
+        match value(name) {
+            Some(v) if v.trim().parse::<i64>().is_ok_and(|n| n < 0) => {}
+            other => wrong.push((name.to_string(), other.unwrap_or_else(|| "unset".into()))),
+        }
+    }
+    match value("cleanup.policy") {
+        Some(p) if p.split(',').all(|p| p.trim() == "delete") => {}
+        other => wrong.push((
+            "cleanup.policy".to_string(),
+            other.unwrap_or_else(|| "unset".into()),
+        )),
+    }
+    wrong
+}
+
+/// Sets [`KEEP_FOREVER`] on a topic. `AlterConfigs` replaces the topic's
+/// whole configuration, so the topic's other explicit settings are sent
+/// again unchanged.
+async fn keep_forever(
+    admin: &AdminClient<DefaultClientContext>,
+    name: &str,
+    described: &ConfigResource,
+) -> Result<()> {
+    let mut alter = AlterConfig::new(ResourceSpecifier::Topic(name));
+    for e in &described.entries {
+        if e.source == rdkafka::admin::ConfigSource::DynamicTopic && !e.is_sensitive {
+            if let Some(v) = &e.value {
+                alter = alter.set(&e.name, v);
             }
         }
     }
+    for (k, v) in KEEP_FOREVER {
+        alter = alter.set(k, v);
+    }
+    let opts = AdminOptions::new().request_timeout(Some(Duration::from_secs(30)));
+    for r in admin.alter_configs(&[alter], &opts).await.map_err(fail)? {
+        if let Err((_, code)) = r {
+            return Err(fail(format!("setting retention of {name}: {code}")));
+        }
+    }
     Ok(())
+}
+
+fn show(settings: &[(String, String)]) -> String {
+    settings
+        .iter()
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Runs a future to completion on this thread.
+fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Arc::new(Unpark(std::thread::current())).into();
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(out) = f.as_mut().poll(&mut cx) {
+            return out;
+        }
+        std::thread::park();
+    }
 }
 
 #[cfg(test)]

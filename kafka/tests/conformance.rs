@@ -49,7 +49,10 @@ async fn log(prefix: &str) -> LogFixture {
         Arc::new(SqliteStore::open(dir.path()).expect("open store"));
     LogFixture {
         log: Arc::new(log) as Arc<dyn EventLog>,
-        source: Arc::new(KafkaSource { config }) as Arc<dyn ConsumerSource>,
+        source: Arc::new(KafkaSource {
+            config,
+            store: Some(store.clone()),
+        }) as Arc<dyn ConsumerSource>,
         store,
         keep: Box::new(dir),
     }

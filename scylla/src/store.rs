@@ -385,9 +385,22 @@ impl ScyllaStore {
             .maybe_first_row::<(CqlTimestamp, i64, Vec<u8>)>()
             .map_err(corrupt)?;
         if let Some((at, offset, _)) = &stored {
-            if (updated.0, pos.offset as i64) <= (at.0, *offset) {
+            // Equal is the same record delivered again: written again (a
+            // crash may have come anywhere below), which is harmless.
+            if (updated.0, pos.offset as i64) < (at.0, *offset) {
                 return Ok(());
             }
+        }
+        // Lookups first, the record last: until the record is written, a
+        // redelivery still sees the previous version and redoes the same
+        // lookup changes, so a crash in between leaves no stale or missing
+        // slug or token (redeliveries come in log order).
+        if let Event::Market(m) = event {
+            let previous = match &stored {
+                Some((_, _, body)) => Some(decode_market(body)?),
+                None => None,
+            };
+            self.write_market_lookups(m, previous.as_ref()).await?;
         }
         let body = codec::encode(event);
         let off = pos.offset as i64;
@@ -400,13 +413,6 @@ impl ScyllaStore {
             )
         })
         .await?;
-        if let Event::Market(m) = event {
-            let previous = match &stored {
-                Some((_, _, body)) => Some(decode_market(body)?),
-                None => None,
-            };
-            self.write_market_lookups(m, previous.as_ref()).await?;
-        }
         let now = Timestamp::now().0;
         retry("write_catalog", || {
             self.exec(

@@ -3,14 +3,11 @@
 
 use crate::helpers::*;
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 fn help(subcommand: &str) -> String {
-    let out = Command::new(bin())
-        .args([subcommand, "--help"])
-        .output()
-        .unwrap();
+    let out = hindsight().args([subcommand, "--help"]).output().unwrap();
     assert!(out.status.success(), "{subcommand} --help");
     String::from_utf8(out.stdout).unwrap()
 }
@@ -68,7 +65,7 @@ fn each_subcommand_shows_only_its_own_flags() {
 /// "Stop with Ctrl-C."), killing it afterwards.
 fn dev_welcome(name: &str, env: &[(&str, &str)]) -> String {
     let dir = temp_dir(name);
-    let mut child = Command::new(bin())
+    let mut child = hindsight()
         .args(["dev", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(&dir)
         .envs(env.iter().copied())
@@ -107,7 +104,7 @@ fn boolean_variables_accept_one_and_zero() {
     let dir = temp_dir("no-progress");
     let file = dir.join("events.ndjson");
     std::fs::write(&file, market_line("np") + "\n").unwrap();
-    let out = Command::new(bin())
+    let out = hindsight()
         .args(["backfill", "--data-dir"])
         .arg(&dir)
         .arg(&file)
@@ -125,7 +122,7 @@ fn boolean_variables_accept_one_and_zero() {
 #[test]
 fn a_service_says_where_it_listens() {
     let dir = temp_dir("listening-line");
-    let mut child = Command::new(bin())
+    let mut child = hindsight()
         .args(["api", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(&dir)
         .env_remove("HINDSIGHT_LOG")
@@ -179,14 +176,14 @@ fn every_serving_subcommand_takes_connection_bounds_and_an_ops_address() {
             );
         }
     }
-    let out = Command::new(bin())
+    let out = hindsight()
         .args(["dev", "--http-max-connections", "0"])
         .output()
         .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--http-max-connections"), "{err}");
-    let out = Command::new(bin())
+    let out = hindsight()
         .args(["api", "--listen", "127.0.0.1:0"])
         .env("HINDSIGHT_HTTP_HEADER_TIMEOUT_SECS", "0")
         .output()

@@ -338,10 +338,21 @@ pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_hindsight")
 }
 
+/// The `hindsight` binary without the engine addresses `scripts/test.sh`
+/// exports (`HINDSIGHT_KAFKA_BROKERS`, `HINDSIGHT_SCYLLA_NODES`): every test
+/// names its backends with flags, so one meant for the embedded backends
+/// never drifts onto Kafka or Cassandra because the engines are up.
+pub fn hindsight() -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin());
+    cmd.env_remove("HINDSIGHT_KAFKA_BROKERS")
+        .env_remove("HINDSIGHT_SCYLLA_NODES");
+    cmd
+}
+
 /// Runs a `hindsight keys` command against a data directory (the CLI an
 /// operator uses beside running services); its stdout.
 pub fn keys_cli(data_dir: &Path, args: &[&str]) -> String {
-    let out = std::process::Command::new(bin())
+    let out = hindsight()
         .arg("keys")
         .args(args)
         .arg("--data-dir")

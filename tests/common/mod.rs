@@ -3,17 +3,30 @@
 //! the services in process live in `tests/app/`.
 #![allow(dead_code)]
 
+pub mod cql;
 pub mod kafka;
 
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command};
-use std::time::Duration;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
 
 pub const API_KEY: &str = "hsk_test_key_for_end_to_end_tests";
 pub const INGEST_TOKEN: &str = "hsi_test_ingest_token";
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_hindsight")
+}
+
+/// The `hindsight` binary without the engine addresses `scripts/test.sh`
+/// exports (`HINDSIGHT_KAFKA_BROKERS`, `HINDSIGHT_SCYLLA_NODES`): every test
+/// names its backends with flags, so one meant for the embedded backends
+/// never drifts onto Kafka or Cassandra because the engines are up.
+pub fn hindsight() -> std::process::Command {
+    let mut cmd = std::process::Command::new(bin());
+    cmd.env_remove("HINDSIGHT_KAFKA_BROKERS")
+        .env_remove("HINDSIGHT_SCYLLA_NODES");
+    cmd
 }
 
 pub fn temp_dir(name: &str) -> PathBuf {
@@ -23,11 +36,86 @@ pub fn temp_dir(name: &str) -> PathBuf {
     dir
 }
 
+/// A running `hindsight dev`, killed on drop.
+pub struct Dev {
+    pub child: Child,
+    pub base: String,
+    pub data_dir: PathBuf,
+}
+
+impl Dev {
+    pub fn start(name: &str, extra: &[&str]) -> Dev {
+        Self::start_in(&temp_dir(name), extra)
+    }
+
+    pub fn start_in(data_dir: &Path, extra: &[&str]) -> Dev {
+        let mut child = hindsight()
+            .args(["dev", "--no-demo", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data_dir)
+            .args(extra)
+            .env("HINDSIGHT_DEMO_API_KEY", API_KEY)
+            .env("HINDSIGHT_INGEST_TOKEN", INGEST_TOKEN)
+            .env("HINDSIGHT_LOG", "warn")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("hindsight binary starts");
+        let base = read_base_url(&mut child);
+        Dev {
+            child,
+            base,
+            data_dir: data_dir.to_path_buf(),
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Dev {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Reads the welcome lines until the API address appears.
+fn read_base_url(child: &mut Child) -> String {
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let Some(Ok(line)) = lines.next() else { break };
+        if let Some(rest) = line.trim_start().strip_prefix("API") {
+            let url = rest.split_whitespace().next().unwrap();
+            let base = url.trim_end_matches("/v1").to_string();
+            // Keep draining stdout so the child never blocks on a full pipe.
+            std::thread::spawn(move || for _ in lines {});
+            return base;
+        }
+    }
+    panic!("hindsight dev did not print its address");
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .timeout(Duration::from_secs(30))
         .build()
         .unwrap()
+}
+
+/// POSTs an NDJSON body to ingest; returns status and JSON body.
+pub async fn ingest(dev: &Dev, body: String) -> (u16, serde_json::Value) {
+    let r = client()
+        .post(dev.url("/ingest/v1/events"))
+        .bearer_auth(INGEST_TOKEN)
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().await.unwrap_or(serde_json::Value::Null))
 }
 
 /// A catalog line for a Yes/No market `m` with tokens `{m}-yes`, `{m}-no`.
@@ -45,7 +133,7 @@ pub fn price_line(market: &str, token: &str, ts_secs: i64, p: f64) -> String {
 
 /// Creates an API key with the real CLI, in the running store.
 pub fn create_key(data_dir: &Path, org: &str, plan: &str, plans_file: Option<&Path>) -> String {
-    let mut cmd = Command::new(bin());
+    let mut cmd = hindsight();
     cmd.args(["keys", "create", "--org", org, "--plan", plan, "--data-dir"])
         .arg(data_dir);
     if let Some(f) = plans_file {
@@ -61,7 +149,7 @@ pub fn create_key(data_dir: &Path, org: &str, plan: &str, plans_file: Option<&Pa
 }
 
 pub fn keys_cli(data_dir: &Path, args: &[&str]) -> String {
-    let out = Command::new(bin())
+    let out = hindsight()
         .arg("keys")
         .args(args)
         .arg("--data-dir")

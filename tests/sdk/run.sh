@@ -6,6 +6,9 @@
 # ($HINDSIGHT_VENV, default ~/.cache/hindsight-venv).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+# This check runs the embedded deployment: the engine addresses that
+# scripts/test.sh exports would send `keys create` to Cassandra.
+unset HINDSIGHT_KAFKA_BROKERS HINDSIGHT_SCYLLA_NODES
 
 target="${CARGO_TARGET_DIR:-target}"
 cargo build --locked --quiet --bin hindsight

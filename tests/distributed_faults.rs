@@ -1,0 +1,284 @@
+//! Faults on the distributed deployment, on real Apache Kafka 4.1 and
+//! Apache Cassandra 5.0 (`scripts/engines.sh`; `HINDSIGHT_ENGINES_RUN` must
+//! name their run directory, since these tests SIGKILL the engines and
+//! restart them with `scripts/engines.sh start-again`). Each test prints the
+//! events acknowledged and counted, requires every acknowledged event
+//! counted exactly once, and ends with tables equal to a clean rebuild of
+//! the log into a second keyspace.
+//!
+//! The tests kill shared engines, so they run one at a time (a lock), and
+//! in a test binary of their own (cargo runs test binaries one after
+//! another, so no other test sees the engines die).
+
+mod common;
+use common::cql::{assert_same_tables, Cql, Keyspace};
+use common::kafka::{
+    backfill, batch_lines, kill_engine, post_batch, rebuild_into, service, start_again,
+    wait_caught_up, wait_http, Topics,
+};
+use common::*;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+use tokio::sync::Mutex;
+
+/// Held for a whole test (an async lock: it is held across awaits, and
+/// each test has its own runtime).
+static ENGINES: Mutex<()> = Mutex::const_new(());
+
+const TICKS: usize = 200;
+
+/// Waits until every acknowledged token is counted exactly as acknowledged;
+/// fails at once on a token counted more often than it was sent. Returns
+/// the acknowledged events counted.
+async fn wait_all_counted(
+    cql: &Cql,
+    ks: &str,
+    acked: &BTreeMap<String, i64>,
+    sent: &BTreeMap<String, i64>,
+) -> i64 {
+    let acknowledged: i64 = acked.values().sum();
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let per_token = cql.counted_per_token(ks).await;
+        for (token, n) in &per_token {
+            let most = sent.get(token).copied().unwrap_or(0);
+            assert!(*n <= most, "{token} counted {n}, but only {most} were sent");
+        }
+        let counted: i64 = acked
+            .keys()
+            .map(|t| per_token.get(t).copied().unwrap_or(0))
+            .sum();
+        if counted == acknowledged {
+            return counted;
+        }
+        if Instant::now() > deadline {
+            let short: Vec<String> = acked
+                .iter()
+                .filter(|(t, n)| per_token.get(*t) != Some(*n))
+                .map(|(t, n)| format!("{t}: {} of {n}", per_token.get(t).copied().unwrap_or(0)))
+                .collect();
+            panic!("acknowledged {acknowledged}, counted {counted}; short: {short:?}");
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+}
+
+/// Backfilled markets `{tag}{from}..{to}`, each its own token of TICKS
+/// ticks (backfill acknowledges every line it appends).
+fn backfill_batches(
+    topics: &Topics,
+    dir: &std::path::Path,
+    tag: &str,
+    range: std::ops::Range<usize>,
+    acked: &mut BTreeMap<String, i64>,
+) {
+    let lines: Vec<String> = range.clone().map(|b| batch_lines(tag, b, TICKS)).collect();
+    backfill(topics, dir, &lines);
+    for b in range {
+        acked.insert(format!("{tag}{b}-yes"), TICKS as i64);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn projectors_sigkilled_ten_times_mid_stream_lose_and_double_nothing() {
+    let _engines = ENGINES.lock().await;
+    let started = Instant::now();
+    let dir = temp_dir("fault-projector");
+    let topics = Topics::init("fault_projector", 4);
+    let ks = Keyspace::migrate("fault_projector");
+    let cql = Cql::connect().await;
+    let mut acked = BTreeMap::new();
+    let mut next = 300;
+    backfill_batches(&topics, &dir, "fp", 0..next, &mut acked);
+    let store_args = [topics.args(), ks.args()].concat();
+    // Static membership: a restarted projector takes its predecessor's
+    // partitions back at once, as under an orchestrator.
+    let projector = |n: usize| {
+        Killed(service(
+            &[
+                "projector",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--projector-batch-max",
+                "400",
+                "--kafka-instance-id",
+                &format!("projector-{n}"),
+            ],
+            &store_args,
+            &dir.join(format!("projector-{n}")),
+        ))
+    };
+    let mut running = [projector(0), projector(1)];
+    let mut kills = 0;
+    let mut last = 0;
+    while kills < 10 {
+        let acknowledged: i64 = acked.values().sum();
+        let counted = cql.counted(&ks.name).await;
+        if counted >= acknowledged {
+            // Caught up before ten kills: more events, so the next kill
+            // lands mid-stream too.
+            backfill_batches(&topics, &dir, "fp", next..next + 100, &mut acked);
+            next += 100;
+            continue;
+        }
+        if counted > last {
+            let victim = kills % 2;
+            running[victim].0.kill().unwrap(); // SIGKILL
+            running[victim].0.wait().unwrap();
+            kills += 1;
+            last = counted;
+            eprintln!("kill {kills}: projector {victim} at {counted} of {acknowledged} counted");
+            running[victim] = projector(victim);
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let counted = wait_all_counted(&cql, &ks.name, &acked, &acked).await;
+    let acknowledged: i64 = acked.values().sum();
+    eprintln!("acknowledged {acknowledged}, counted {counted}, {kills} SIGKILLs mid-stream");
+    drop(running);
+
+    wait_caught_up(&topics, &cql, &ks.name).await;
+    let incremental = cql.snapshot(&ks.name).await;
+    let clean = Keyspace::migrate("fault_projector_clean");
+    rebuild_into(&topics, &clean, &dir);
+    assert_same_tables(&incremental, &cql.snapshot(&clean.name).await);
+    eprintln!(
+        "tables equal a clean rebuild; {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_broker_sigkilled_during_ingest_and_restarted_loses_no_acknowledged_event() {
+    let _engines = ENGINES.lock().await;
+    let started = Instant::now();
+    let dir = temp_dir("fault-broker");
+    let topics = Topics::init("fault_broker", 3);
+    let ks = Keyspace::migrate("fault_broker");
+    let cql = Cql::connect().await;
+    let port = free_port();
+    let _ingest = Killed(service(
+        &[
+            "ingest",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--kafka-delivery-timeout-ms",
+            "3000",
+        ],
+        &topics.args(),
+        &dir.join("ingest"),
+    ));
+    let _projector = Killed(service(
+        &["projector", "--metrics-listen", "127.0.0.1:0"],
+        &[topics.args(), ks.args()].concat(),
+        &dir.join("projector"),
+    ));
+    let base = format!("http://127.0.0.1:{port}");
+    wait_http(&format!("{base}/livez")).await;
+
+    let (mut acked, mut sent) = (BTreeMap::new(), BTreeMap::new());
+    let mut refused = 0;
+    let mut restart = None;
+    for b in 0..60 {
+        if b == 20 {
+            kill_engine("kafka");
+            eprintln!("broker SIGKILLed after batch 19");
+            // Restart in the background while batches keep coming.
+            restart = Some(tokio::task::spawn_blocking(|| {
+                std::thread::sleep(Duration::from_secs(3));
+                start_again("kafka");
+                eprintln!("broker restarted");
+            }));
+        }
+        if b == 40 {
+            restart.take().unwrap().await.unwrap();
+        }
+        let token = format!("fb{b}-yes");
+        sent.insert(token.clone(), TICKS as i64);
+        match post_batch(&base, batch_lines("fb", b, TICKS), None).await {
+            200 => {
+                acked.insert(token, TICKS as i64);
+            }
+            503 => refused += 1,
+            other => panic!("batch {b}: status {other}"),
+        }
+    }
+    assert!(
+        refused > 0,
+        "no batch was refused while the broker was down"
+    );
+    assert!(
+        (40..60).all(|b| acked.contains_key(&format!("fb{b}-yes"))),
+        "batches after the restart were refused"
+    );
+    let counted = wait_all_counted(&cql, &ks.name, &acked, &sent).await;
+    let acknowledged: i64 = acked.values().sum();
+    eprintln!(
+        "acknowledged {acknowledged}, counted {counted}; {} batches acknowledged, {refused} refused with 503",
+        acked.len()
+    );
+
+    wait_caught_up(&topics, &cql, &ks.name).await;
+    let incremental = cql.snapshot(&ks.name).await;
+    let clean = Keyspace::migrate("fault_broker_clean");
+    rebuild_into(&topics, &clean, &dir);
+    assert_same_tables(&incremental, &cql.snapshot(&clean.name).await);
+    eprintln!(
+        "tables equal a clean rebuild; {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn cassandra_sigkilled_during_projection_and_restarted_loses_no_event() {
+    let _engines = ENGINES.lock().await;
+    let started = Instant::now();
+    let dir = temp_dir("fault-cassandra");
+    let topics = Topics::init("fault_cassandra", 4);
+    let ks = Keyspace::migrate("fault_cassandra");
+    let mut acked = BTreeMap::new();
+    backfill_batches(&topics, &dir, "fc", 0..400, &mut acked);
+    let acknowledged: i64 = acked.values().sum();
+    let _projector = Killed(service(
+        &[
+            "projector",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--projector-batch-max",
+            "1000",
+        ],
+        &[topics.args(), ks.args()].concat(),
+        &dir.join("projector"),
+    ));
+    let cql = Cql::connect().await;
+    let deadline = Instant::now() + Duration::from_secs(120);
+    let at = loop {
+        let counted = cql.counted(&ks.name).await;
+        if counted >= acknowledged / 5 {
+            break counted;
+        }
+        assert!(Instant::now() < deadline, "projector made no progress");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(at < acknowledged, "projection finished before the kill");
+    kill_engine("cassandra");
+    eprintln!("cassandra SIGKILLed at {at} of {acknowledged} counted");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    tokio::task::spawn_blocking(|| start_again("cassandra"))
+        .await
+        .unwrap();
+    eprintln!("cassandra restarted");
+    let cql = Cql::connect().await;
+    let counted = wait_all_counted(&cql, &ks.name, &acked, &acked).await;
+    eprintln!("acknowledged {acknowledged}, counted {counted}");
+
+    wait_caught_up(&topics, &cql, &ks.name).await;
+    let incremental = cql.snapshot(&ks.name).await;
+    let clean = Keyspace::migrate("fault_cassandra_clean");
+    rebuild_into(&topics, &clean, &dir);
+    assert_same_tables(&incremental, &cql.snapshot(&clean.name).await);
+    eprintln!(
+        "tables equal a clean rebuild; {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
