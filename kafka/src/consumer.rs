@@ -111,6 +111,11 @@ pub struct KafkaConsumer {
     changed: Arc<AtomicBool>,
     revoked: Arc<Mutex<Vec<(String, i32)>>>,
     start_failed: Arc<Mutex<Option<String>>>,
+    /// A client of its own for the end offsets `lag` needs: on the group
+    /// consumer's connection each query waits behind the in-flight fetch
+    /// (up to `fetch.wait.max.ms` per partition, seconds per call); here it
+    /// is a round trip of a few milliseconds.
+    watermarks: Arc<BaseConsumer>,
     last_lag: Option<(Instant, Vec<(u32, u64)>)>,
 }
 
@@ -150,12 +155,14 @@ impl KafkaConsumer {
         let topics = config.topics();
         let names: Vec<&str> = topics.iter().map(String::as_str).collect();
         inner.subscribe(&names).map_err(fail)?;
+        let watermarks: BaseConsumer = config.client().create().map_err(fail)?;
         Ok(KafkaConsumer {
             inner: Arc::new(inner),
             config: config.clone(),
             changed,
             revoked,
             start_failed,
+            watermarks: Arc::new(watermarks),
             last_lag: None,
         })
     }
@@ -281,7 +288,11 @@ impl LogConsumer for KafkaConsumer {
                 return Ok(lag.clone());
             }
         }
-        let (inner, config) = (self.inner.clone(), self.config.clone());
+        let (inner, watermarks, config) = (
+            self.inner.clone(),
+            self.watermarks.clone(),
+            self.config.clone(),
+        );
         let lag = blocking(move || {
             let positions = inner.position().map_err(fail)?;
             let mut out = Vec::new();
@@ -289,7 +300,7 @@ impl LogConsumer for KafkaConsumer {
                 let Some(topic) = config.index_of(e.topic()) else {
                     continue;
                 };
-                let (_, high) = inner
+                let (_, high) = watermarks
                     .fetch_watermarks(e.topic(), e.partition(), Duration::from_secs(2))
                     .map_err(fail)?;
                 let at = match e.offset() {
