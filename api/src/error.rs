@@ -1,5 +1,5 @@
 //! Every way a `/v1` request is refused, and how it looks on the wire
-//! (SPEC.md §7): a JSON body with a `detail` string, or for validation
+//! (docs/SPEC.md §7): a JSON body with a `detail` string, or for validation
 //! errors (422) a list of `{loc, msg, type}` in FastAPI's style.
 //!
 //! A 500 keeps its cause ([`Internal`]) instead of logging where it is

@@ -1,4 +1,4 @@
-//! Plans: what a key may query (SPEC.md §8), from configuration.
+//! Plans: what a key may query (docs/SPEC.md §8), from configuration.
 //!
 //! Defaults: `free` (60 req/min, finest 1h, 30 days, metrics and prices),
 //! `pro` (600 req/min, finest 1m, 365 days, everything), `enterprise`

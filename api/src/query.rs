@@ -5,7 +5,7 @@
 //!
 //! Schema failures (missing, wrong type, out of bounds, bad enum) are 422 in
 //! FastAPI's shape, every failed parameter listed; bad timestamps, date
-//! ranges, history limits above 200 and cursors are 400 (SPEC.md §7).
+//! ranges, history limits above 200 and cursors are 400 (docs/SPEC.md §7).
 
 use crate::catalog::{SortField, SortOrder};
 use crate::cursor::{self, ListCursor};
@@ -198,7 +198,7 @@ fn enum_param<T: QueryEnum>(
 }
 
 /// A timestamp parameter that is well-formed for the schema but must parse
-/// (400 otherwise, SPEC.md §7).
+/// (400 otherwise, docs/SPEC.md §7).
 fn timestamp(text: &str, name: &str) -> Result<Timestamp, ApiError> {
     // Unix seconds are checked by their own value, so `1e20` is reported
     // as out of range, not as the saturated 9223372036854775807 ms.
@@ -211,7 +211,7 @@ fn timestamp(text: &str, name: &str) -> Result<Timestamp, ApiError> {
 
 // ---- history -------------------------------------------------------------------
 
-/// The query of every history route (SPEC.md §4.5).
+/// The query of every history route (docs/SPEC.md §4.5).
 #[derive(Debug, Clone, IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct HistoryQuery {
@@ -263,7 +263,7 @@ impl<S: Send + Sync> FromRequestParts<S> for HistoryQuery {
         }
         let resolution = enum_param(&q, "resolution", Resolution::M1, &mut errors);
         let limit = match q.get("limit").map(|l| l.trim().parse::<i64>()) {
-            // Above 200 is a 400 that states both numbers (SPEC.md §7).
+            // Above 200 is a 400 that states both numbers (docs/SPEC.md §7).
             Some(Ok(n)) if n > HISTORY_LIMIT_MAX as i64 => {
                 if errors.is_empty() {
                     return Err(ApiError::BadRequest(format!(

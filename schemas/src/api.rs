@@ -1,6 +1,6 @@
 //! API wire types: the JSON bodies `/v1` returns.
 //!
-//! Shapes follow SPEC.md §2; where SPEC says "not shown" they follow the
+//! Shapes follow docs/SPEC.md §2; where SPEC says "not shown" they follow the
 //! official Python client's models (`polymarketdata-sdk`). Each type derives
 //! `ToSchema`, so `/openapi.json` is generated from what handlers serialize.
 
@@ -43,7 +43,7 @@ pub struct MarketItem {
     pub event_id: Option<String>,
 }
 
-/// One market with detail. Returned at top level (SPEC.md §4.2); the
+/// One market with detail. Returned at top level (docs/SPEC.md §4.2); the
 /// official client wraps it as `{"market": …}` itself.
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
 pub struct MarketDetail {

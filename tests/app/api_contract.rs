@@ -1,4 +1,4 @@
-//! The /v1 contract of SPEC.md: every refusal with its status and exact
+//! The /v1 contract of docs/SPEC.md: every refusal with its status and exact
 //! text, plans, rate limits across API processes, discovery and paging.
 
 use crate::helpers::*;

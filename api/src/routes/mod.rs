@@ -11,7 +11,7 @@ use hindsight_schemas::{Timestamp, MAX_ID_LEN};
 
 use axum::Json;
 
-/// A path id of 1..200 characters (SPEC.md §4).
+/// A path id of 1..200 characters (docs/SPEC.md §4).
 pub fn path_id(name: &str, value: String) -> Result<String, ApiError> {
     let len = value.chars().count();
     if len == 0 {
