@@ -72,7 +72,7 @@ async fn every_service_its_own_process_answers_like_the_embedded_deployment() {
     let dir = temp_dir("distributed-e2e");
     let topics = Topics::init("e2e", 6);
     let ks = Keyspace::migrate("e2e");
-    let both = [topics.args(), ks.args()].concat();
+    let both = [topics.consumer_args(), ks.args()].concat();
     let ports: Vec<u16> = (0..4).map(|_| free_port()).collect();
     let mut procs = Vec::new();
     for (i, port) in ports[..2].iter().enumerate() {

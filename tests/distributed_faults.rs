@@ -90,7 +90,7 @@ async fn projectors_sigkilled_ten_times_mid_stream_lose_and_double_nothing() {
     let mut acked = BTreeMap::new();
     let mut next = 300;
     backfill_batches(&topics, &dir, "fp", 0..next, &mut acked);
-    let store_args = [topics.args(), ks.args()].concat();
+    let store_args = [topics.consumer_args(), ks.args()].concat();
     // Static membership: a restarted projector takes its predecessor's
     // partitions back at once, as under an orchestrator.
     let projector = |n: usize| {
@@ -135,9 +135,10 @@ async fn projectors_sigkilled_ten_times_mid_stream_lose_and_double_nothing() {
     let counted = wait_all_counted(&cql, &ks.name, &acked, &acked).await;
     let acknowledged: i64 = acked.values().sum();
     eprintln!("acknowledged {acknowledged}, counted {counted}, {kills} SIGKILLs mid-stream");
-    drop(running);
-
+    // Every event is counted once its rows are written; its step's positions
+    // come after them, so the projectors stay up until those are written too.
     wait_caught_up(&topics, &cql, &ks.name).await;
+    drop(running);
     let incremental = cql.snapshot(&ks.name).await;
     let clean = Keyspace::migrate("fault_projector_clean");
     rebuild_into(&topics, &clean, &dir);
@@ -170,7 +171,7 @@ async fn the_broker_sigkilled_during_ingest_and_restarted_loses_no_acknowledged_
     ));
     let _projector = Killed(service(
         &["projector", "--metrics-listen", "127.0.0.1:0"],
-        &[topics.args(), ks.args()].concat(),
+        &[topics.consumer_args(), ks.args()].concat(),
         &dir.join("projector"),
     ));
     let base = format!("http://127.0.0.1:{port}");
@@ -247,7 +248,7 @@ async fn cassandra_sigkilled_during_projection_and_restarted_loses_no_event() {
             "--projector-batch-max",
             "1000",
         ],
-        &[topics.args(), ks.args()].concat(),
+        &[topics.consumer_args(), ks.args()].concat(),
         &dir.join("projector"),
     ));
     let cql = Cql::connect().await;

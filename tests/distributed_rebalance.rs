@@ -28,7 +28,7 @@ async fn partitions_move_between_live_projectors_without_loss_or_double_counting
         &topics.args(),
         &dir.join("ingest"),
     ));
-    let store_args = [topics.args(), ks.args()].concat();
+    let store_args = [topics.consumer_args(), ks.args()].concat();
     let ports = [free_port(), free_port(), free_port()];
     let projector = |n: usize| {
         Killed(service(

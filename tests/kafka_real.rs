@@ -57,7 +57,7 @@ async fn ingest_projector_and_api_as_separate_processes() {
     ));
     let _projector = Killed(spawn(
         &["projector", "--metrics-listen", "127.0.0.1:0"],
-        &topics.args(),
+        &topics.consumer_args(),
         &data,
     ));
     // The API reads the store the projector writes.

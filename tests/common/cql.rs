@@ -25,6 +25,10 @@ impl Keyspace {
         let out = super::hindsight()
             .args(["scylla", "migrate"])
             .args(ks.args())
+            .args([
+                "--scylla-replication",
+                "{'class': 'SimpleStrategy', 'replication_factor': 1}",
+            ])
             .output()
             .unwrap();
         assert!(
@@ -42,8 +46,6 @@ impl Keyspace {
             &self.nodes,
             "--scylla-keyspace",
             &self.name,
-            "--scylla-replication",
-            "{'class': 'SimpleStrategy', 'replication_factor': 1}",
             "--scylla-consistency",
             "ONE",
         ]

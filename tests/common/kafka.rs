@@ -83,18 +83,25 @@ impl Topics {
         t
     }
 
-    /// The flags that point a hindsight command at these topics and group.
+    /// The flags that point a hindsight command at these topics (every
+    /// command that appends to or reads the log takes them).
     pub fn args(&self) -> Vec<String> {
         [
             "--kafka-brokers",
             &self.brokers,
             "--kafka-topic-prefix",
             &self.prefix,
-            "--kafka-group",
-            &self.group,
         ]
         .map(String::from)
         .to_vec()
+    }
+
+    /// [`Topics::args`] and the consumer group: for `projector` and
+    /// `rebuild`, the commands that consume (others refuse the flag).
+    pub fn consumer_args(&self) -> Vec<String> {
+        let mut args = self.args();
+        args.extend(["--kafka-group".to_string(), self.group.clone()]);
+        args
     }
 }
 
@@ -216,7 +223,7 @@ pub fn rebuild_into(topics: &Topics, ks: &super::cql::Keyspace, dir: &std::path:
     let t0 = std::time::Instant::now();
     let out = super::hindsight()
         .arg("rebuild")
-        .args(topics.args())
+        .args(topics.consumer_args())
         .args(ks.args())
         .arg("--data-dir")
         .arg(dir.join("rebuild"))
