@@ -202,10 +202,17 @@ pub fn snapshot(store_db: &Path) -> Vec<String> {
                 order.join(", ")
             ))
             .unwrap();
+        // `change_seq` numbers catalog changes for the API's change feed; it
+        // keeps counting across `rebuild` (so feed cursors stay valid) and is
+        // no part of the projected data.
+        let data: Vec<usize> = (0..n)
+            .filter(|&i| stmt.column_name(i).unwrap() != "change_seq")
+            .collect();
         let mut rows = stmt.query([]).unwrap();
         while let Some(row) = rows.next().unwrap() {
-            let cols: Vec<String> = (0..n)
-                .map(|i| format!("{:?}", row.get_ref(i).unwrap()))
+            let cols: Vec<String> = data
+                .iter()
+                .map(|&i| format!("{:?}", row.get_ref(i).unwrap()))
                 .collect();
             out.push(format!("{table}: {}", cols.join(" | ")));
         }
