@@ -43,7 +43,7 @@ pub struct MarketItem {
     pub event_id: Option<String>,
 }
 
-/// One market with detail. Returned at top level (docs/SPEC.md §4.2); the
+/// One market with detail. Returned at top level (SPEC.md §4.2); the
 /// official client wraps it as `{"market": …}` itself.
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
 pub struct MarketDetail {
