@@ -41,5 +41,6 @@ echo "== compose and Prometheus configuration"
 docker-compose -f compose/docker-compose.yml config -q && echo "compose/docker-compose.yml: valid"
 promtool check config compose/prometheus/prometheus.yml
 promtool check rules compose/prometheus/alerts.yml
-echo "== official Python client and schemathesis against a live server"
-tests/sdk/run.sh
+echo "== official Python client and schemathesis against a live server: embedded, then distributed on the real engines"
+tests/sdk/run.sh embedded
+tests/sdk/run.sh distributed
