@@ -11,6 +11,7 @@
 use crate::schema;
 use crate::statements::{self, period_of, Stmt};
 use async_trait::async_trait;
+use futures::{future, stream, StreamExt, TryStreamExt};
 use hindsight_contracts::*;
 use hindsight_schemas::{codec, Event, MarketRecord, Resolution, Timestamp};
 use hindsight_telemetry as tm;
@@ -254,6 +255,83 @@ impl ScyllaStore {
     }
 
     /// Writes the rows of one partition as one unlogged batch.
+    /// The stored rows of one partition among `buckets`.
+    async fn load_partition(
+        &self,
+        (table, res, id, period): (Table, Resolution, Arc<str>, i64),
+        buckets: Vec<i64>,
+    ) -> Result<Vec<Row>> {
+        let mut out = Vec::new();
+        let name = format!("load_{}_{}", table.as_str(), res.as_str());
+        let list: Vec<CqlTimestamp> = buckets.iter().map(|&b| ts(b)).collect();
+        let rows = self
+            .exec("load_rows", &name, (id.as_ref(), period, list))
+            .await?
+            .into_rows_result()
+            .map_err(corrupt)?;
+        let key = |bucket: CqlTimestamp| RowKey {
+            table,
+            id: id.clone(),
+            res,
+            bucket: Timestamp(bucket.0),
+        };
+        match table {
+            Table::Prices => {
+                for r in rows
+                    .rows::<(CqlTimestamp, f64, i64, i64)>()
+                    .map_err(corrupt)?
+                {
+                    let (b, sum, count, last) = r.map_err(corrupt)?;
+                    out.push(Row {
+                        key: key(b),
+                        value: RowValue::Price {
+                            sum,
+                            count: count as u64,
+                        },
+                        last_offset: last as u64,
+                    });
+                }
+            }
+            Table::Metrics => {
+                for r in rows
+                    .rows::<(CqlTimestamp, f64, f64, f64, i64, i64)>()
+                    .map_err(corrupt)?
+                {
+                    let (b, v, l, s, count, last) = r.map_err(corrupt)?;
+                    out.push(Row {
+                        key: key(b),
+                        value: RowValue::Metrics {
+                            volume_sum: v,
+                            liquidity_sum: l,
+                            spread_sum: s,
+                            count: count as u64,
+                        },
+                        last_offset: last as u64,
+                    });
+                }
+            }
+            Table::Books => {
+                for r in rows
+                    .rows::<(CqlTimestamp, CqlTimestamp, i64, String, String, i64)>()
+                    .map_err(corrupt)?
+                {
+                    let (b, at, offset, bids, asks, last) = r.map_err(corrupt)?;
+                    out.push(Row {
+                        key: key(b),
+                        value: RowValue::Book {
+                            ts: Timestamp(at.0),
+                            offset: offset as u64,
+                            bids,
+                            asks,
+                        },
+                        last_offset: last as u64,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
     async fn write_partition(&self, rows: Vec<Row>) -> Result<()> {
         let Some(first) = rows.first() else {
             return Ok(());
@@ -548,7 +626,10 @@ impl ProjectionStore for ScyllaStore {
     }
 
     async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
-        // One query per partition, the buckets as an IN list.
+        // One query per partition, the buckets as an IN list; partitions
+        // are read concurrently (at most `write_concurrency` at once): a
+        // long-tail batch touches thousands of partitions, and one after
+        // another the step would wait on thousands of round trips.
         let mut partitions: BTreeMap<(Table, Resolution, Arc<str>, i64), Vec<i64>> =
             BTreeMap::new();
         for k in &keys {
@@ -557,77 +638,15 @@ impl ProjectionStore for ScyllaStore {
                 .or_default()
                 .push(k.bucket.0);
         }
-        let mut out = Vec::new();
-        for ((table, res, id, period), buckets) in partitions {
-            let name = format!("load_{}_{}", table.as_str(), res.as_str());
-            let list: Vec<CqlTimestamp> = buckets.iter().map(|&b| ts(b)).collect();
-            let rows = self
-                .exec("load_rows", &name, (id.as_ref(), period, list))
-                .await?
-                .into_rows_result()
-                .map_err(corrupt)?;
-            let key = |bucket: CqlTimestamp| RowKey {
-                table,
-                id: id.clone(),
-                res,
-                bucket: Timestamp(bucket.0),
-            };
-            match table {
-                Table::Prices => {
-                    for r in rows
-                        .rows::<(CqlTimestamp, f64, i64, i64)>()
-                        .map_err(corrupt)?
-                    {
-                        let (b, sum, count, last) = r.map_err(corrupt)?;
-                        out.push(Row {
-                            key: key(b),
-                            value: RowValue::Price {
-                                sum,
-                                count: count as u64,
-                            },
-                            last_offset: last as u64,
-                        });
-                    }
-                }
-                Table::Metrics => {
-                    for r in rows
-                        .rows::<(CqlTimestamp, f64, f64, f64, i64, i64)>()
-                        .map_err(corrupt)?
-                    {
-                        let (b, v, l, s, count, last) = r.map_err(corrupt)?;
-                        out.push(Row {
-                            key: key(b),
-                            value: RowValue::Metrics {
-                                volume_sum: v,
-                                liquidity_sum: l,
-                                spread_sum: s,
-                                count: count as u64,
-                            },
-                            last_offset: last as u64,
-                        });
-                    }
-                }
-                Table::Books => {
-                    for r in rows
-                        .rows::<(CqlTimestamp, CqlTimestamp, i64, String, String, i64)>()
-                        .map_err(corrupt)?
-                    {
-                        let (b, at, offset, bids, asks, last) = r.map_err(corrupt)?;
-                        out.push(Row {
-                            key: key(b),
-                            value: RowValue::Book {
-                                ts: Timestamp(at.0),
-                                offset: offset as u64,
-                                bids,
-                                asks,
-                            },
-                            last_offset: last as u64,
-                        });
-                    }
-                }
-            }
-        }
-        Ok(out)
+        let parts: Vec<Vec<Row>> = stream::iter(
+            partitions
+                .into_iter()
+                .map(|(partition, buckets)| self.load_partition(partition, buckets)),
+        )
+        .buffer_unordered(self.config.write_concurrency.max(1))
+        .try_collect()
+        .await?;
+        Ok(parts.into_iter().flatten().collect())
     }
 
     async fn apply(&self, write: ProjectionWrite) -> Result<()> {
@@ -657,8 +676,7 @@ impl ProjectionStore for ScyllaStore {
             });
         }
         // Bounded by the semaphore; awaited together.
-        let results = join_all(tasks).await;
-        results.into_iter().collect::<Result<Vec<()>>>()?;
+        future::try_join_all(tasks).await?;
         for (pos, event) in &write.catalog {
             self.write_catalog(*pos, event).await?;
         }
@@ -687,33 +705,6 @@ impl ProjectionStore for ScyllaStore {
         }
         Ok(())
     }
-}
-
-/// Awaits futures concurrently (they hold semaphore permits, so at most
-/// `write_concurrency` run at once).
-async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut set = Vec::with_capacity(futures.len());
-    let mut pinned: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut done: Vec<Option<F::Output>> = (0..pinned.len()).map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in pinned.iter_mut().enumerate() {
-            if done[i].is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => done[i] = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    set.extend(done.into_iter().map(|d| d.expect("every future completed")));
-    set
 }
 
 fn decode_market(body: &[u8]) -> Result<MarketRecord> {
