@@ -1,7 +1,7 @@
 //! What each subcommand does: configuration → backends → service, run until
 //! a signal; or a one-shot operator command.
 
-use crate::backends::Backends;
+use crate::backends::{BackendConfig, Backends};
 use crate::config::*;
 use crate::demo::{DemoConfig, DemoFeed, HttpSink, Sink};
 use crate::services::api::ApiConfig;
@@ -43,10 +43,15 @@ fn load_plans(args: &PlanArgs) -> anyhow::Result<Plans> {
     Plans::load(args.plans_file.as_deref()).map_err(|e| anyhow!("plans file: {e}"))
 }
 
-fn api_config(plans: &PlanArgs) -> anyhow::Result<ApiConfig> {
+fn api_config(
+    plans: &PlanArgs,
+    cursor: &CursorArgs,
+    backends: &BackendConfig,
+) -> anyhow::Result<ApiConfig> {
     Ok(ApiConfig {
         plans: Arc::new(load_plans(plans)?),
         clock: Arc::new(SystemClock),
+        cursors: services::api::cursor_keys(&cursor.cursor_secret, backends)?,
     })
 }
 
@@ -60,7 +65,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .demo_api_key
         .clone()
         .unwrap_or_else(|| format!("{}{}", keys::KEY_PREFIX, keys::random_hex(32)));
-    let api = api_config(&args.plans)?;
+    let api = api_config(&args.plans, &args.cursor, &args.backends())?;
     if api.plans.get(&args.demo_plan).is_none() {
         bail!("unknown plan {:?} for the demo key", args.demo_plan);
     }
@@ -161,8 +166,9 @@ async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
 }
 
 async fn api(args: ApiArgs) -> anyhow::Result<()> {
-    let cfg = api_config(&args.plans)?;
-    let backends = Backends::connect(&args.backends()?).await?;
+    let backend_config = args.backends()?;
+    let cfg = api_config(&args.plans, &args.cursor, &backend_config)?;
+    let backends = Backends::connect(&backend_config).await?;
     let listeners = Listeners::bind(args.listen, args.metrics_listen).await?;
     let service = services::api::build(&cfg, &backends, listeners)
         .await?

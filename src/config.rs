@@ -256,6 +256,23 @@ pub struct PlanArgs {
     pub plans_file: Option<PathBuf>,
 }
 
+/// How the API signs its pagination cursors (`api`, `dev`).
+#[derive(Args, Clone, Debug)]
+pub struct CursorArgs {
+    /// Secret that signs pagination cursors (at least 32 bytes, e.g.
+    /// `openssl rand -hex 32`), the same on every API replica. Several,
+    /// comma-separated, for rotation: the first signs, all are accepted.
+    /// Unset: one generated once and kept in the data directory
+    /// (`cursor.secret`); required with the CQL store.
+    #[arg(
+        long,
+        env = "HINDSIGHT_CURSOR_SECRET",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub cursor_secret: Vec<String>,
+}
+
 #[derive(Args, Clone, Debug)]
 pub struct IngestOpts {
     /// Bearer token pipelines must send to /ingest/v1 (dev: generated when unset).
@@ -383,6 +400,8 @@ pub struct DevArgs {
     pub projector: ProjectorOpts,
     #[command(flatten)]
     pub plans: PlanArgs,
+    #[command(flatten)]
+    pub cursor: CursorArgs,
     /// The API key dev accepts (generated and printed when unset).
     #[arg(long, env = "HINDSIGHT_DEMO_API_KEY", hide_env_values = true)]
     pub demo_api_key: Option<String>,
@@ -504,6 +523,8 @@ pub struct ApiArgs {
     pub scylla: ScyllaArgs,
     #[command(flatten)]
     pub plans: PlanArgs,
+    #[command(flatten)]
+    pub cursor: CursorArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Address of /metrics, /livez and /readyz (default: the listen

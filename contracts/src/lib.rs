@@ -28,7 +28,7 @@ pub mod conformance;
 #[cfg(feature = "faults")]
 pub mod faults;
 
-pub use auth::{ApiKeyRecord, AuthStore};
+pub use auth::{ApiKeyRecord, AuthStore, RateHits};
 pub use error::{Error, ErrorKind, Result};
 pub use log::{
     AppendBatch, AppendOutcome, ConsumerSource, Delivered, EventLog, Idempotency, IdempotencyStore,

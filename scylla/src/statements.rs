@@ -200,16 +200,19 @@ pub fn all(ks: &str) -> Vec<Stmt> {
         &[],
     ));
     out.push(stmt(
-        "hit_window",
-        format!(
-            "UPDATE {ks}.rate_windows SET count = count + 1 WHERE key_id = ? AND window_start = ?"
-        ),
-        &["text", "timestamp"],
+        "insert_hit",
+        format!("INSERT INTO {ks}.rate_hits (key_id, at, id) VALUES (?, ?, ?)"),
+        &["text", "timestamp", "bigint"],
     ));
     out.push(stmt(
-        "read_window",
-        format!("SELECT count FROM {ks}.rate_windows WHERE key_id = ? AND window_start = ?"),
-        &["text", "timestamp"],
+        "select_hits",
+        format!("SELECT at FROM {ks}.rate_hits WHERE key_id = ? AND at > ? AND at < ?"),
+        &["text", "timestamp", "timestamp"],
+    ));
+    out.push(stmt(
+        "delete_hit",
+        format!("DELETE FROM {ks}.rate_hits WHERE key_id = ? AND at = ? AND id = ?"),
+        &["text", "timestamp", "bigint"],
     ));
     out
 }

@@ -1,4 +1,4 @@
-//! [`ScyllaStore`]: buckets, catalog, keys and rate windows on ScyllaDB.
+//! [`ScyllaStore`]: buckets, catalog, keys and the rate-limit log on ScyllaDB.
 //!
 //! Writes: prepared statements only; the projector's rows are grouped by
 //! partition into unlogged batches (one partition per batch: no coordinator
@@ -12,6 +12,7 @@ use crate::schema;
 use crate::statements::{self, period_of, Stmt};
 use async_trait::async_trait;
 use futures::{future, stream, StreamExt, TryStreamExt};
+use hindsight_contracts::auth::counted_range;
 use hindsight_contracts::*;
 use hindsight_schemas::{codec, Event, MarketRecord, Resolution, Timestamp};
 use hindsight_telemetry as tm;
@@ -23,7 +24,7 @@ use scylla::serialize::row::SerializeRow;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 use scylla::statement::Consistency;
-use scylla::value::{Counter, CqlTimestamp};
+use scylla::value::CqlTimestamp;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -159,9 +160,9 @@ impl ScyllaStore {
             }
             p.set_consistency(config.consistency);
             p.set_request_timeout(Some(config.request_timeout));
-            // Every write is a whole-row overwrite or a counter bump; the
-            // counter is the one statement not safe to retry.
-            p.set_is_idempotent(name != "hit_window");
+            // Every write is a whole-row overwrite, or the insert or delete
+            // of a rate hit under its own random id: all safe to retry.
+            p.set_is_idempotent(true);
             prepared.insert(name, p);
         }
         let writes = Arc::new(Semaphore::new(config.write_concurrency.max(1)));
@@ -929,19 +930,103 @@ impl AuthStore for ScyllaStore {
         Ok(out)
     }
 
-    async fn hit_window(&self, key_id: &str, window: Timestamp) -> Result<u64> {
-        // A counter: increments from every API replica add up. The read
-        // after the increment sees at least this request.
-        self.exec("hit_window", "hit_window", (key_id, ts(window.0)))
-            .await?;
+    /// Check, write, count again; a hit that finds the limit exceeded
+    /// deletes its own row. No lightweight transaction and no counter.
+    ///
+    /// Why no interval `I` of one window ever holds more than `limit`
+    /// admitted hits: suppose it held `limit + 1`, and let `h` be the one
+    /// among them whose insert was acknowledged last. Every other one was
+    /// acknowledged before, so before `h`'s second read began; admitted rows
+    /// are never deleted and outlive any read that counts them
+    /// ([`RATE_HIT_RETENTION_MS`](hindsight_contracts::auth::RATE_HIT_RETENTION_MS));
+    /// all lie in `I`, which lies within [`counted_range`] of `h.at` (it
+    /// holds `h`, and is one window long). So that read counted at least
+    /// `limit + 1` rows and `h` was refused.
+    ///
+    /// The one assumption: a read begun after a write was acknowledged sees
+    /// it, i.e. the read and write consistency levels' replica sets
+    /// intersect (`QUORUM`, `LOCAL_QUORUM` within one datacenter, or `ONE`
+    /// with one replica). With `LOCAL_QUORUM` across datacenters the bound
+    /// holds per datacenter.
+    ///
+    /// Hits racing for the last places may all see each other's rows and
+    /// all withdraw. Such a hit tries again after a random pause (growing
+    /// with each attempt, [`RACE_ATTEMPTS`] in all), which spreads the
+    /// racers out; each attempt is the whole procedure, so the bound holds
+    /// whatever happens.
+    ///
+    /// Cost per request: one read of the key's partition (at most `limit`
+    /// rows, plus racers' rows) for a refused hit, the common case of a
+    /// client over its limit, which writes nothing; one insert and a second
+    /// read for an admitted one; a delete (and a retry) only for a hit that
+    /// lost a race at the limit.
+    async fn take_hit(&self, key_id: &str, now: Timestamp, limit: u32) -> Result<RateHits> {
+        let limit = limit as usize;
+        let mut attempt = 0;
+        loop {
+            let before = self.hits("take_hit", key_id, now).await?;
+            if before.len() >= limit {
+                return Ok(RateHits {
+                    admitted: false,
+                    hits: before,
+                });
+            }
+            let id = random_u64() as i64;
+            self.exec("take_hit", "insert_hit", (key_id, ts(now.0), id))
+                .await?;
+            let after = self.hits("take_hit", key_id, now).await?;
+            if after.len() <= limit {
+                return Ok(RateHits {
+                    admitted: true,
+                    hits: after,
+                });
+            }
+            self.exec("take_hit", "delete_hit", (key_id, ts(now.0), id))
+                .await?;
+            attempt += 1;
+            if attempt == RACE_ATTEMPTS {
+                // Refused in a race: the window had room before it.
+                return Ok(RateHits {
+                    admitted: false,
+                    hits: before,
+                });
+            }
+            let pause_ms = random_u64() % (RACE_PAUSE_MS << attempt);
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        }
+    }
+
+    async fn rate_hits(&self, key_id: &str, now: Timestamp) -> Result<Vec<Timestamp>> {
+        self.hits("read_hits", key_id, now).await
+    }
+}
+
+impl ScyllaStore {
+    /// The hits of `key_id` counted at `now`, ascending (the clustering order).
+    async fn hits(&self, op: &'static str, key_id: &str, now: Timestamp) -> Result<Vec<Timestamp>> {
+        let (after, before) = counted_range(now);
         let rows = self
-            .exec("hit_window", "read_window", (key_id, ts(window.0)))
+            .exec(op, "select_hits", (key_id, ts(after.0), ts(before.0)))
             .await?
             .into_rows_result()
             .map_err(corrupt)?;
-        Ok(rows
-            .maybe_first_row::<(Counter,)>()
+        rows.rows::<(CqlTimestamp,)>()
             .map_err(corrupt)?
-            .map_or(1, |(c,)| c.0.max(1) as u64))
+            .map(|r| r.map(|(t,)| Timestamp(t.0)).map_err(corrupt))
+            .collect()
     }
+}
+
+/// Attempts of a hit that keeps losing races for the last places in its
+/// window before it is refused.
+const RACE_ATTEMPTS: u32 = 4;
+/// The longest pause before the second attempt; doubled for each next one.
+const RACE_PAUSE_MS: u64 = 10;
+
+/// Random bits: a hit's row id (two hits of one key in one millisecond are
+/// two rows, and a withdrawn hit deletes only its own) and race pauses.
+fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    u64::from_le_bytes(bytes)
 }

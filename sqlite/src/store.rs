@@ -1,6 +1,8 @@
-//! The embedded read store: bucket tables, catalog and API keys in `store.db`.
+//! The embedded read store: bucket tables, catalog and API keys in `store.db`
+//! (and the rate-limit log in `limits.db`, [`crate::limits`]).
 
 use crate::db::{blocking, open, Durability, Pool};
+use crate::limits::RateLog;
 use crate::{CResult, Error, Result};
 use async_trait::async_trait;
 use hindsight_contracts::*;
@@ -94,15 +96,6 @@ const DERIVED_TABLES: &[&str] = &[
     "tokens",
 ];
 
-/// Request counts per key and window, in their own file (`limits.db`): every
-/// API request may write here, and must not queue behind the projector.
-const LIMITS_SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS rate_windows (
-    key_id TEXT NOT NULL, window_start INTEGER NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (key_id, window_start)
-) WITHOUT ROWID;
-";
-
 /// Brings a `store.db` of an older layout to [`SCHEMA_VERSION`]. Version 1
 /// ordered catalog changes by log offset; version 2 adds `change_seq`.
 /// Existing records keep sequence 0: a full read lists them, and every
@@ -130,7 +123,7 @@ fn migrate(conn: &Connection) -> Result<()> {
 pub struct SqliteStore {
     writer: Arc<Mutex<Connection>>,
     readers: Arc<Pool>,
-    limits: Arc<Mutex<Connection>>,
+    limits: RateLog,
 }
 
 impl SqliteStore {
@@ -148,12 +141,11 @@ impl SqliteStore {
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
             params![SCHEMA_VERSION.to_string()],
         )?;
-        let limits = open(&dir.join(crate::db::LIMITS_FILE), Durability::Normal)?;
-        limits.execute_batch(LIMITS_SCHEMA)?;
+        let limits = RateLog::open(dir)?;
         Ok(SqliteStore {
             writer: Arc::new(Mutex::new(conn)),
             readers: Arc::new(Pool::new(path, Durability::Normal)),
-            limits: Arc::new(Mutex::new(limits)),
+            limits,
         })
     }
 
@@ -692,29 +684,12 @@ impl AuthStore for SqliteStore {
         .await
     }
 
-    async fn hit_window(&self, key_id: &str, window: Timestamp) -> CResult<u64> {
-        let (conn, key_id) = (self.limits.clone(), key_id.to_string());
-        let started = Instant::now();
-        let count = blocking(move || {
-            let conn = conn.lock().unwrap();
-            let count: i64 = conn
-                .prepare_cached(
-                    "INSERT INTO rate_windows VALUES (?1, ?2, 1)
-                     ON CONFLICT (key_id, window_start) DO UPDATE SET count = count + 1
-                     RETURNING count",
-                )?
-                .query_row(params![key_id, window.millis()], |r| r.get(0))?;
-            // Old windows are useless; drop them now and then.
-            if count == 1 {
-                conn.prepare_cached("DELETE FROM rate_windows WHERE window_start < ?1")?
-                    .execute(params![window.millis() - 3_600_000])?;
-            }
-            Ok(count as u64)
-        })
-        .await;
-        metrics::histogram!(tm::STORE_QUERY_SECONDS, "op" => "hit_window")
-            .record(started.elapsed().as_secs_f64());
-        count
+    async fn take_hit(&self, key_id: &str, now: Timestamp, limit: u32) -> CResult<RateHits> {
+        self.limits.take_hit(key_id, now, limit).await
+    }
+
+    async fn rate_hits(&self, key_id: &str, now: Timestamp) -> CResult<Vec<Timestamp>> {
+        self.limits.rate_hits(key_id, now).await
     }
 
     async fn list_keys(&self) -> CResult<Vec<ApiKeyRecord>> {

@@ -20,6 +20,11 @@ enum Break {
     LastArrivalWins,
     /// Positions are written before the rows and catalog.
     PositionsFirst,
+    /// Rate limits count fixed minute windows (Hindsight before the log).
+    FixedWindows,
+    /// A hit is counted, then taken without a second look: racing hits all
+    /// see room under the limit.
+    CheckThenTake,
 }
 
 struct Broken {
@@ -70,7 +75,7 @@ impl ProjectionStore for Broken {
                     })
                     .await?;
             }
-            Break::Nothing | Break::EmptyChangesSince => {}
+            _ => {}
         }
         self.inner.apply(write).await
     }
@@ -128,8 +133,33 @@ impl AuthStore for Broken {
     async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>> {
         self.inner.list_keys().await
     }
-    async fn hit_window(&self, key_id: &str, window: Timestamp) -> Result<u64> {
-        self.inner.hit_window(key_id, window).await
+    async fn take_hit(&self, key_id: &str, now: Timestamp, limit: u32) -> Result<RateHits> {
+        let room = match self.how {
+            Break::FixedWindows => {
+                let start = now.0.div_euclid(auth::RATE_WINDOW_MS) * auth::RATE_WINDOW_MS;
+                let hits = self.inner.rate_hits(key_id, now).await?;
+                let in_window = hits.iter().filter(|h| h.0 >= start && h.0 <= now.0);
+                in_window.count() < limit as usize
+            }
+            Break::CheckThenTake => {
+                let hits = self.inner.rate_hits(key_id, now).await?;
+                tokio::task::yield_now().await;
+                hits.len() < limit as usize
+            }
+            _ => return self.inner.take_hit(key_id, now, limit).await,
+        };
+        if room {
+            self.inner.take_hit(key_id, now, u32::MAX).await
+        } else {
+            let hits = self.inner.rate_hits(key_id, now).await?;
+            Ok(RateHits {
+                admitted: false,
+                hits,
+            })
+        }
+    }
+    async fn rate_hits(&self, key_id: &str, now: Timestamp) -> Result<Vec<Timestamp>> {
+        self.inner.rate_hits(key_id, now).await
     }
 }
 
@@ -196,4 +226,14 @@ breaking!(
     positions_before_rows_fail_the_positions_check,
     Break::PositionsFirst,
     store::positions_never_advance_past_unwritten_rows
+);
+breaking!(
+    fixed_minute_windows_fail_the_sliding_window_check,
+    Break::FixedWindows,
+    store::rate_limit_decisions_are_the_sliding_window
+);
+breaking!(
+    taking_without_a_second_count_fails_the_concurrency_check,
+    Break::CheckThenTake,
+    store::rate_limit_holds_under_concurrent_handles
 );

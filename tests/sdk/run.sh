@@ -83,6 +83,8 @@ distributed)
   : "${HINDSIGHT_KAFKA_BROKERS:?start the engines first: eval \"\$(scripts/engines.sh start)\"}"
   : "${HINDSIGHT_SCYLLA_NODES:?start the engines first: eval \"\$(scripts/engines.sh start)\"}"
   run="sdk_$$_$(date +%s)"
+  # Both API replicas sign and check cursors with one secret.
+  export HINDSIGHT_CURSOR_SECRET="sdk_check_cursor_secret_$(od -An -tx1 -N32 /dev/urandom | tr -d ' \n')"
   kafka=(--kafka-brokers "$HINDSIGHT_KAFKA_BROKERS" --kafka-topic-prefix "$run")
   cql=(--scylla-nodes "$HINDSIGHT_SCYLLA_NODES" --scylla-keyspace "$run" --scylla-consistency ONE)
   backend=(--data-dir "$work/keys" "${cql[@]}")

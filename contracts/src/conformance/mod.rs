@@ -112,7 +112,8 @@ macro_rules! store_conformance {
             catalog_changes_after_a_cursor: Shared,
             reset_drops_rows_catalog_and_positions: Exclusive,
             keys_found_by_hash_and_revocation_sticks: Shared,
-            rate_windows_shared_between_handles: Shared,
+            rate_limit_decisions_are_the_sliding_window: Shared,
+            rate_limit_holds_under_concurrent_handles: Shared,
         );
     };
 }

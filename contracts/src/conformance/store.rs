@@ -991,52 +991,175 @@ pub async fn keys_found_by_hash_and_revocation_sticks(
     })
 }
 
-/// One window's count is shared by every handle, counts every hit of
-/// concurrent clients, and starts over in the next window.
-pub async fn rate_windows_shared_between_handles(
+/// The decisions `take_hit` must make when hits are taken one at a time:
+/// admitted iff fewer than `limit` admitted hits lie within
+/// [`counted_range`] of the hit.
+fn model(limit: usize, hits: &[i64]) -> Vec<bool> {
+    let mut admitted: Vec<i64> = Vec::new();
+    hits.iter()
+        .map(|&t| {
+            let (after, before) = counted_range(Timestamp(t));
+            let counted = admitted
+                .iter()
+                .filter(|&&a| a > after.0 && a < before.0)
+                .count();
+            let ok = counted < limit;
+            if ok {
+                admitted.push(t);
+            }
+            ok
+        })
+        .collect()
+}
+
+/// One at a time, alternating handles, the decisions are exactly the
+/// sliding window's: at the window's exclusive edge, a millisecond either
+/// side of it, and with hits later than `now` (a replica whose clock runs
+/// ahead) counted. Refused hits are not counted; `rate_hits` reads what
+/// `take_hit` counts without taking one.
+pub async fn rate_limit_decisions_are_the_sliding_window(
     a: &dyn Backend,
     b: &dyn Backend,
     prefix: &str,
 ) -> Check {
     let key = format!("key_rate_{prefix}");
-    let window = Timestamp(T0);
-    let mut counts = Vec::new();
-    for i in 0..6 {
-        let client = if i % 2 == 0 { a } else { b };
-        counts.push(client.hit_window(&key, window).await.map_err(store_err)?);
-    }
-    ensure(counts == (1..=6).collect::<Vec<u64>>(), || {
-        format!("alternating hits counted {counts:?}")
+    const LIMIT: u32 = 3;
+    let w = RATE_WINDOW_MS;
+    // (when, admitted): the sliding window's decisions, spelled out.
+    let steps = [
+        (T0, true),
+        (T0 + 10_000, true),
+        (T0 + 10_000, true),     // two hits in one millisecond are two hits
+        (T0 + 20_000, false),    // three in the window
+        (T0 + w - 1, false),     // T0 is still inside
+        (T0 + w, true),          // T0 has left: the window is open at its start
+        (T0 + w, false),         // three again
+        (T0 + w + 10_001, true), // both hits at T0 + 10 s have left
+        (T0 + w + 10_001, true), // one at T0 + w, two now
+        // A replica whose clock runs 40 s behind: the hits above lie in
+        // its future, within a window, and count.
+        (T0 + 30_000, false),
+        (T0 + w + 50_000, false), // the latest three are within a window
+        (T0 + 10 * w, true),      // long after: the window is empty
+    ];
+    let times: Vec<i64> = steps.iter().map(|(t, _)| *t).collect();
+    let want: Vec<bool> = steps.iter().map(|(_, ok)| *ok).collect();
+    ensure(model(LIMIT as usize, &times) == want, || {
+        "the check's own steps disagree with the sliding window".into()
     })?;
-    // Two clients hitting at once: each sees its own hits counted, and no
-    // hit is lost.
-    let (ca, cb) = tokio::join!(burst(a, &key, window), burst(b, &key, window));
-    for seen in [ca?, cb?] {
-        ensure(seen.windows(2).all(|w| w[0] < w[1]), || {
-            format!("a client's successive hits counted {seen:?}")
+    let mut got = Vec::new();
+    for (i, &t) in times.iter().enumerate() {
+        let (taker, reader) = if i % 2 == 0 { (a, b) } else { (b, a) };
+        let before = reader
+            .rate_hits(&key, Timestamp(t))
+            .await
+            .map_err(store_err)?;
+        let taken = taker
+            .take_hit(&key, Timestamp(t), LIMIT)
+            .await
+            .map_err(store_err)?;
+        let after = reader
+            .rate_hits(&key, Timestamp(t))
+            .await
+            .map_err(store_err)?;
+        let mut expected = before.clone();
+        if taken.admitted {
+            expected.push(Timestamp(t));
+            expected.sort();
+        }
+        ensure(taken.hits == expected && after == expected, || {
+            format!(
+                "hit {i} at T0 + {} ms: counted before {before:?}, take_hit returned {taken:?}, \
+                 counted after {after:?}",
+                t - T0
+            )
         })?;
-        ensure(seen.iter().all(|c| (7..=26).contains(c)), || {
-            format!("counts outside 6 + (1..=20): {seen:?}")
-        })?;
+        got.push(taken.admitted);
     }
-    let last = a.hit_window(&key, window).await.map_err(store_err)?;
-    ensure(last == 27, || {
-        format!("after 26 hits the 27th counted {last}")
-    })?;
-    let next = b
-        .hit_window(&key, Timestamp(T0 + 60_000))
-        .await
-        .map_err(store_err)?;
-    ensure(next == 1, || {
-        format!("the next window starts at {next}, not 1")
+    ensure(got == want, || {
+        format!("decisions {got:?}, the sliding window decides {want:?}")
     })
 }
 
-/// Ten hits of one client in a row: the counts it saw.
-async fn burst(client: &dyn Backend, key: &str, window: Timestamp) -> Result<Vec<u64>, String> {
-    let mut seen = Vec::new();
-    for _ in 0..10 {
-        seen.push(client.hit_window(key, window).await.map_err(store_err)?);
+/// Many hits at once through both handles never admit more than the limit,
+/// and the refused ones leave no trace: taken one at a time afterwards, hits
+/// are admitted up to exactly the limit (whatever the race admitted).
+pub async fn rate_limit_holds_under_concurrent_handles(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let key = format!("key_race_{prefix}");
+    const LIMIT: u32 = 5;
+    let now = |i: i64| Timestamp(T0 + i * 100);
+    let takes: Vec<_> = (0..40)
+        .map(|i| {
+            let client = if i % 2 == 0 { a } else { b };
+            let key = key.clone();
+            async move { client.take_hit(&key, now(i), LIMIT).await }
+        })
+        .collect();
+    let mut admitted = 0;
+    for (i, taken) in join_all(takes).await.into_iter().enumerate() {
+        let taken = taken.map_err(store_err)?;
+        ensure(
+            !taken.admitted || taken.hits.len() <= LIMIT as usize,
+            || {
+                format!(
+                    "hit {i} was admitted counting {} hits: {taken:?}",
+                    taken.hits.len()
+                )
+            },
+        )?;
+        admitted += usize::from(taken.admitted);
     }
-    Ok(seen)
+    // Racers may all withdraw (the contract allows it), never overshoot.
+    ensure(admitted <= LIMIT as usize, || {
+        format!("40 concurrent hits with a limit of {LIMIT}: {admitted} admitted")
+    })?;
+    let counted = b.rate_hits(&key, now(40)).await.map_err(store_err)?;
+    ensure(counted.len() == admitted, || {
+        format!(
+            "{admitted} admitted, but {} counted: {counted:?}",
+            counted.len()
+        )
+    })?;
+    let mut more = 0;
+    for i in 0..LIMIT as i64 {
+        let client = if i % 2 == 0 { b } else { a };
+        let taken = client
+            .take_hit(&key, now(41 + i), LIMIT)
+            .await
+            .map_err(store_err)?;
+        more += usize::from(taken.admitted);
+    }
+    ensure(admitted + more == LIMIT as usize, || {
+        format!("after {admitted} admitted in the race, {more} more were admitted one by one")
+    })
+}
+
+/// Polls every future to completion, concurrently (on the calling task).
+async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut pending: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all = true;
+        for (future, out) in pending.iter_mut().zip(done.iter_mut()) {
+            if out.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *out = Some(v),
+                    std::task::Poll::Pending => all = false,
+                }
+            }
+        }
+        if all {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    done.into_iter()
+        .map(|o| o.expect("polled to completion"))
+        .collect()
 }
