@@ -107,13 +107,20 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
     }
     let raw = records.len() as f64 / started.elapsed().as_secs_f64();
 
-    // Hindsight: HTTP ingest (validate, encode, produce, wait for confirms).
+    // Hindsight: HTTP ingest (validate, check against the store's catalog,
+    // encode, produce, wait for confirms).
+    let store = Arc::new(SqliteStore::open(&dir.join("store"))?);
     let log = Arc::new(KafkaLog::new(cfg.clone(), None, Duration::from_secs(30))?);
+    let limits = hindsight_ingest::http::IngestLimits::default();
     let router = hindsight_ingest::http::router(hindsight_ingest::http::IngestState {
         log,
         token: TOKEN.into(),
         max_body_bytes: 64 << 20,
-        limits: Default::default(),
+        limits,
+        catalog: Arc::new(hindsight_ingest::catalog::CatalogView::new(
+            store.clone(),
+            limits.catalog_max_age,
+        )),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/ingest/v1/events", listener.local_addr()?);
@@ -124,7 +131,6 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
 
     // Projector: a fresh group from the beginning into a SQLite store, timed
     // from its first batch (joining the group is not throughput).
-    let store = Arc::new(SqliteStore::open(&dir.join("store"))?);
     let source = KafkaSource {
         config: cfg.clone(),
         store: Some(store.clone()),

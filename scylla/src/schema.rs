@@ -5,7 +5,9 @@
 /// and `tokens` (a market upsert now replaces its slug and token list).
 /// Migrating a version 1 keyspace creates the new tables empty: run
 /// `hindsight rebuild` after it to fill them from the log.
-pub const SCHEMA_VERSION: i32 = 2;
+/// Version 3: `catalog_consumed` (created empty: the catalog records of a
+/// version 2 keyspace are decided already, and replays start after them).
+pub const SCHEMA_VERSION: i32 = 3;
 
 const CQL: &str = include_str!("../../schemas/cql/hindsight.cql");
 
