@@ -57,6 +57,6 @@ impl Embedded {
             max_body_bytes,
             limits: Default::default(),
         };
-        crate::services::ingest::router(&cfg, self.log.clone())
+        crate::services::ingest::router(&cfg, self.log.clone(), self.store.clone())
     }
 }

@@ -11,7 +11,9 @@ use crate::services::{self, bind, Listeners};
 use crate::shutdown;
 use anyhow::{anyhow, bail, Context};
 use hindsight_api::{keys, plans::Plans};
-use hindsight_ingest::backfill::{backfill_file_with, Progress};
+use hindsight_ingest::backfill::{backfill_file, Progress, Target};
+use hindsight_ingest::catalog::{BatchClaims, CatalogView};
+use hindsight_ingest::http::DEFAULT_CATALOG_MAX_AGE;
 use hindsight_projector::Projector;
 use hindsight_schemas::time::SystemClock;
 use hindsight_schemas::Timestamp;
@@ -145,7 +147,7 @@ async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         max_body_bytes: args.ingest.ingest_max_body_bytes,
         limits: args.ingest.limits(),
     };
-    let backends = Backends::connect(&args.backends()).await?;
+    let backends = Backends::connect(&args.backends()?).await?;
     let listeners = Listeners::bind(args.listen, args.metrics_listen).await?;
     let service =
         services::ingest::build(&cfg, &backends, listeners)?.with_http_limits(args.http.limits());
@@ -177,13 +179,21 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
 }
 
 async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
-    let backends = Backends::connect(&args.backends()).await?;
+    let backends = Backends::connect(&args.backends()?).await?;
     let log = backends.log()?;
-    let limits = args.wire.limits();
+    let catalog = Arc::new(CatalogView::new(backends.store()?, DEFAULT_CATALOG_MAX_AGE));
+    let target = Target {
+        log: log.as_ref(),
+        catalog: &catalog,
+        limits: args.wire.limits(),
+    };
+    // One run's claims across its files: a file's ticks may follow another
+    // file's markets.
+    let mut claims = BatchClaims::default();
     let mut progress = Progress::new(!args.no_progress);
     let (mut lines, mut accepted, mut skipped, mut rejected) = (0, 0, 0, 0);
     for file in &args.files {
-        let report = backfill_file_with(log.as_ref(), file, &mut progress, &limits)
+        let report = backfill_file(&target, &mut claims, file, &mut progress)
             .await
             .map_err(|e| anyhow!(e))?;
         println!(

@@ -298,6 +298,7 @@ impl IngestOpts {
         hindsight_ingest::http::IngestLimits {
             wire: self.wire.limits(),
             max_listed_rejects: self.ingest_max_listed_rejects,
+            ..Default::default()
         }
     }
 }
@@ -446,6 +447,9 @@ pub struct IngestArgs {
     pub kafka: KafkaArgs,
     #[command(flatten)]
     pub producer: KafkaProducerArgs,
+    /// The store whose catalog lines are checked against.
+    #[command(flatten)]
+    pub scylla: ScyllaArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: SocketAddr,
     /// Address of /metrics, /livez and /readyz (default: the listen
@@ -459,13 +463,13 @@ pub struct IngestArgs {
 }
 
 impl IngestArgs {
-    pub fn backends(&self) -> BackendConfig {
-        BackendConfig {
+    pub fn backends(&self) -> anyhow::Result<BackendConfig> {
+        Ok(BackendConfig {
             data_dir: self.data.data_dir.clone(),
             kafka: self.kafka.settings(&self.producer, None, None, None),
-            scylla: None,
-            uses: Uses::APPEND,
-        }
+            scylla: self.scylla.config(None, None)?,
+            uses: Uses::INGEST,
+        })
     }
 }
 
@@ -554,6 +558,9 @@ pub struct BackfillArgs {
     pub kafka: KafkaArgs,
     #[command(flatten)]
     pub producer: KafkaProducerArgs,
+    /// The store whose catalog lines are checked against.
+    #[command(flatten)]
+    pub scylla: ScyllaArgs,
     /// NDJSON files; gzip is detected by content.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
@@ -565,13 +572,13 @@ pub struct BackfillArgs {
 }
 
 impl BackfillArgs {
-    pub fn backends(&self) -> BackendConfig {
-        BackendConfig {
+    pub fn backends(&self) -> anyhow::Result<BackendConfig> {
+        Ok(BackendConfig {
             data_dir: self.data.data_dir.clone(),
             kafka: self.kafka.settings(&self.producer, None, None, None),
-            scylla: None,
-            uses: Uses::APPEND,
-        }
+            scylla: self.scylla.config(None, None)?,
+            uses: Uses::INGEST,
+        })
     }
 }
 

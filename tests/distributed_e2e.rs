@@ -79,7 +79,7 @@ async fn every_service_its_own_process_answers_like_the_embedded_deployment() {
     for (i, port) in ports[..2].iter().enumerate() {
         procs.push(Killed(service(
             &["ingest", "--listen", &format!("127.0.0.1:{port}")],
-            &topics.args(),
+            &[topics.args(), ks.args()].concat(),
             &dir.join(format!("ingest-{i}")),
         )));
     }

@@ -171,7 +171,7 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
     println!(
         "== Engines (Apache Kafka at {brokers}, 6 partitions; Apache Cassandra at {nodes}, one node, consistency ONE)"
     );
-    ingest_vs_raw(&kafka("raw"), &kafka("ingest"), &shapes[0]).await?;
+    ingest_vs_raw(&kafka("raw"), &kafka("ingest"), &cql("ingest"), &shapes[0]).await?;
     println!("   projector, Kafka -> Cassandra, fresh group, timed from its first batch:");
     for (i, shape) in shapes.iter().enumerate() {
         let name = format!("proj{i}");
@@ -188,7 +188,12 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
 }
 
 /// Raw rdkafka producer vs HTTP ingest on the same records.
-async fn ingest_vs_raw(raw: &KafkaConfig, cfg: &KafkaConfig, shape: &Shape) -> anyhow::Result<()> {
+async fn ingest_vs_raw(
+    raw: &KafkaConfig,
+    cfg: &KafkaConfig,
+    catalog: &ScyllaConfig,
+    shape: &Shape,
+) -> anyhow::Result<()> {
     hindsight_kafka::topics::init(raw).await?;
     hindsight_kafka::topics::init(cfg).await?;
     let records: Vec<(String, Vec<u8>)> = events_of(shape)
@@ -220,12 +225,21 @@ async fn ingest_vs_raw(raw: &KafkaConfig, cfg: &KafkaConfig, shape: &Shape) -> a
     }
     let raw_rate = records.len() as f64 / started.elapsed().as_secs_f64();
 
+    // Ingest checks lines against the catalog of the read store, here an
+    // empty keyspace of its own, as a distributed ingest replica does.
+    ScyllaStore::migrate(catalog).await?;
+    let store = Arc::new(ScyllaStore::connect(catalog.clone()).await?);
     let log = Arc::new(KafkaLog::new(cfg.clone(), None, Duration::from_secs(30))?);
+    let limits = hindsight_ingest::http::IngestLimits::default();
     let router = hindsight_ingest::http::router(hindsight_ingest::http::IngestState {
         log,
         token: TOKEN.into(),
         max_body_bytes: 64 << 20,
-        limits: Default::default(),
+        limits,
+        catalog: Arc::new(hindsight_ingest::catalog::CatalogView::new(
+            store,
+            limits.catalog_max_age,
+        )),
     });
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     let url = format!("http://{}/ingest/v1/events", listener.local_addr()?);

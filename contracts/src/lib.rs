@@ -35,6 +35,6 @@ pub use log::{
     LogConsumer, Position,
 };
 pub use store::{
-    BookPoint, CatalogCursor, MetricsPoint, PricePoint, ProjectionStore, ProjectionWrite, Range,
-    ReadStore, Row, RowKey, RowValue, Store, Table, TokenRef,
+    Applied, BookPoint, CatalogCursor, MetricsPoint, PricePoint, ProjectionStore, ProjectionWrite,
+    Range, ReadStore, Refused, Row, RowKey, RowValue, Store, Table, TokenRef,
 };

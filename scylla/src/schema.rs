@@ -7,8 +7,10 @@
 /// `hindsight rebuild` after it to fill them from the log.
 /// Version 3: `rate_hits`, a log of admitted requests, replaces the counter
 /// table `rate_windows` (fixed minute windows let twice a plan's rate through
-/// around a window's edge). A migrated keyspace keeps the old table unused;
-/// drop it by hand.
+/// around a window's edge); a migrated keyspace keeps the old table unused,
+/// drop it by hand. And `catalog_consumed` (created empty: the catalog
+/// records of a version 2 keyspace are decided already, and replays start
+/// after them).
 pub const SCHEMA_VERSION: i32 = 3;
 
 const CQL: &str = include_str!("../../schemas/cql/hindsight.cql");

@@ -116,6 +116,16 @@ pub fn all(ks: &str) -> Vec<Stmt> {
         format!("SELECT partition, next_offset FROM {ks}.consumed"),
         &[],
     ));
+    out.push(stmt(
+        "upsert_catalog_consumed",
+        format!("INSERT INTO {ks}.catalog_consumed (partition, next_offset) VALUES (?, ?)"),
+        &["int", "bigint"],
+    ));
+    out.push(stmt(
+        "select_catalog_consumed",
+        format!("SELECT next_offset FROM {ks}.catalog_consumed WHERE partition = ?"),
+        &["int"],
+    ));
     for table in ["series", "events", "markets"] {
         out.push(stmt(
             format!("version_{table}"),
@@ -225,6 +235,7 @@ pub fn derived_tables(ks: &str) -> Vec<String> {
         .collect();
     for name in [
         "consumed",
+        "catalog_consumed",
         "series",
         "events",
         "markets",

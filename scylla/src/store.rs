@@ -14,6 +14,8 @@ use async_trait::async_trait;
 use futures::{future, stream, StreamExt, TryStreamExt};
 use hindsight_contracts::auth::counted_range;
 use hindsight_contracts::*;
+use hindsight_schemas::claims::{market_conflict, Lookups};
+use hindsight_schemas::wire::Reject;
 use hindsight_schemas::{codec, Event, MarketRecord, Resolution, Timestamp};
 use hindsight_telemetry as tm;
 use scylla::client::session::Session;
@@ -436,11 +438,12 @@ impl ScyllaStore {
         retry("write_rows", || run(batch.clone(), rows.clone())).await
     }
 
-    /// Upserts a catalog record if newer than the stored version, with its
-    /// lookups and a change-feed entry. A market's new slug and tokens are
-    /// written before the rows of its dropped ones are deleted, so the
-    /// market stays reachable throughout.
-    async fn write_catalog(&self, pos: Position, event: &Event) -> Result<()> {
+    /// Upserts a catalog record if newer than the stored version (and, for a
+    /// market, taking no other market's token or slug), with its lookups and
+    /// a change-feed entry. A market's new slug and tokens are written before
+    /// the rows of its dropped ones are deleted, so the market stays
+    /// reachable throughout.
+    async fn write_catalog(&self, pos: Position, event: &Event) -> Result<Decision> {
         let (table, kind, id, updated) = match event {
             Event::Series(s) => ("series", "series", &s.id, s.updated_at),
             Event::Event(e) => ("events", "event", &e.id, e.updated_at),
@@ -467,7 +470,12 @@ impl ScyllaStore {
             // Equal is the same record delivered again: written again (a
             // crash may have come anywhere below), which is harmless.
             if (updated.0, pos.offset as i64) < (at.0, *offset) {
-                return Ok(());
+                return Ok(Decision::Done);
+            }
+        }
+        if let Event::Market(m) = event {
+            if let Some(reason) = self.market_refusal(m).await? {
+                return Ok(Decision::Refused(reason));
             }
         }
         // Lookups first, the record last: until the record is written, a
@@ -507,7 +515,133 @@ impl ScyllaStore {
             )
         })
         .await?;
-        Ok(())
+        Ok(Decision::Done)
+    }
+
+    /// Why market version `m` may not be stored: one of its tokens is
+    /// listed under another market, or its slug is another market's. A
+    /// lookup row counts only if its market's stored record still lists the
+    /// token or has the slug: a crash between a market's lookups and its
+    /// record can leave a row of a version never stored.
+    async fn market_refusal(&self, m: &MarketRecord) -> Result<Option<Reject>> {
+        let mut claims = Lookups::default();
+        for t in &m.tokens {
+            let rows = self
+                .exec("write_catalog", "select_token", (t.id.as_str(),))
+                .await?
+                .into_rows_result()
+                .map_err(corrupt)?;
+            let mut others: Vec<String> = Vec::new();
+            for r in rows.rows::<(String, String, i64)>().map_err(corrupt)? {
+                let (market_id, _, _) = r.map_err(corrupt)?;
+                if market_id != m.id {
+                    others.push(market_id);
+                }
+            }
+            others.sort();
+            for other in others {
+                let lists = self
+                    .market_by_id(&other)
+                    .await?
+                    .is_some_and(|o| o.tokens.iter().any(|ot| ot.id == t.id));
+                if lists {
+                    claims.tokens.insert(t.id.clone(), other);
+                    break;
+                }
+            }
+        }
+        let ids = self
+            .exec("write_catalog", "select_market_slug", (m.slug.as_str(),))
+            .await?
+            .into_rows_result()
+            .map_err(corrupt)?;
+        let mut others: Vec<String> = Vec::new();
+        for r in ids.rows::<(String,)>().map_err(corrupt)? {
+            let (id,) = r.map_err(corrupt)?;
+            if id != m.id {
+                others.push(id);
+            }
+        }
+        others.sort();
+        for other in others {
+            if self
+                .market_by_id(&other)
+                .await?
+                .is_some_and(|o| o.slug == m.slug)
+            {
+                claims.slugs.insert(m.slug.clone(), other);
+                break;
+            }
+        }
+        Ok(market_conflict(&claims, m))
+    }
+
+    /// Where the catalog of log partition `partition` was decided up to.
+    async fn catalog_consumed(&self, partition: u32) -> Result<u64> {
+        let rows = self
+            .exec(
+                "write_catalog",
+                "select_catalog_consumed",
+                (partition as i32,),
+            )
+            .await?
+            .into_rows_result()
+            .map_err(corrupt)?;
+        Ok(rows
+            .maybe_first_row::<(i64,)>()
+            .map_err(corrupt)?
+            .map_or(0, |(next,)| next.max(0) as u64))
+    }
+
+    async fn write_catalog_consumed(&self, partition: u32, next: u64) -> Result<()> {
+        retry("write_catalog", || {
+            self.exec(
+                "write_catalog",
+                "upsert_catalog_consumed",
+                (partition as i32, next as i64),
+            )
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// The catalog records of one apply, in order, each decided once: a
+    /// record before the partition's `catalog_consumed` is skipped. The mark
+    /// is written after each refusal (a replay must not store what was
+    /// refused, even if a later record released its token) and after the
+    /// last record; a stored record decided again is stored again, the same.
+    async fn write_catalog_records(&self, catalog: &[(Position, Event)]) -> Result<Applied> {
+        let mut applied = Applied::default();
+        let mut decided: BTreeMap<u32, u64> = BTreeMap::new();
+        for (pos, event) in catalog {
+            if !matches!(event, Event::Series(_) | Event::Event(_) | Event::Market(_)) {
+                return Err(Error::backend(
+                    "cql",
+                    format!("{} is not a catalog record", event.kind().as_str()),
+                ));
+            }
+            let next = match decided.get(&pos.partition) {
+                Some(next) => *next,
+                None => self.catalog_consumed(pos.partition).await?,
+            };
+            decided.insert(pos.partition, next.max(pos.offset + 1));
+            if pos.offset < next {
+                continue;
+            }
+            if let Decision::Refused(reason) = self.write_catalog(*pos, event).await? {
+                self.write_catalog_consumed(pos.partition, pos.offset + 1)
+                    .await?;
+                applied.refused.push(Refused {
+                    position: *pos,
+                    id: event.key().to_string(),
+                    reason,
+                });
+            }
+        }
+        for (partition, next) in decided {
+            self.write_catalog_consumed(partition, next).await?;
+        }
+        Ok(applied)
     }
 
     /// The slug and token lookups of a market's new version; the rows of
@@ -650,7 +784,21 @@ impl ProjectionStore for ScyllaStore {
         Ok(parts.into_iter().flatten().collect())
     }
 
-    async fn apply(&self, write: ProjectionWrite) -> Result<()> {
+    async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
+        let lookups = token_ids.iter().map(|id| async move {
+            let _permit = self.writes.acquire().await.map_err(fail)?;
+            self.token(id).await
+        });
+        let found = future::join_all(lookups).await;
+        Ok(found
+            .into_iter()
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect())
+    }
+
+    async fn apply(&self, write: ProjectionWrite) -> Result<Applied> {
         let started = Instant::now();
         let mut partitions: BTreeMap<(Table, Resolution, Arc<str>, i64), Vec<Row>> =
             BTreeMap::new();
@@ -678,9 +826,7 @@ impl ProjectionStore for ScyllaStore {
         }
         // Bounded by the semaphore; awaited together.
         future::try_join_all(tasks).await?;
-        for (pos, event) in &write.catalog {
-            self.write_catalog(*pos, event).await?;
-        }
+        let applied = self.write_catalog_records(&write.catalog).await?;
         // Positions last: they may only say what is durable.
         for p in &write.consumed {
             retry("write_consumed", || {
@@ -694,7 +840,7 @@ impl ProjectionStore for ScyllaStore {
         }
         metrics::histogram!(tm::STORE_QUERY_SECONDS, "op" => "apply")
             .record(started.elapsed().as_secs_f64());
-        Ok(())
+        Ok(applied)
     }
 
     async fn reset(&self) -> Result<()> {
@@ -706,6 +852,14 @@ impl ProjectionStore for ScyllaStore {
         }
         Ok(())
     }
+}
+
+/// What became of one catalog record.
+enum Decision {
+    /// Stored, or older than the stored version (and so left out).
+    Done,
+    /// Not stored: it contradicts the stored catalog.
+    Refused(Reject),
 }
 
 fn decode_market(body: &[u8]) -> Result<MarketRecord> {

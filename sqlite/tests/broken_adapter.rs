@@ -25,6 +25,11 @@ enum Break {
     /// A hit is counted, then taken without a second look: racing hits all
     /// see room under the limit.
     CheckThenTake,
+    /// `apply` does not report the catalog records it refused.
+    HidesRefusals,
+    /// A catalog record applied again is decided again (as a store
+    /// without per-partition catalog marks would).
+    DecidesAgain,
 }
 
 struct Broken {
@@ -43,7 +48,11 @@ impl ProjectionStore for Broken {
         self.inner.load(keys).await
     }
 
-    async fn apply(&self, mut write: ProjectionWrite) -> Result<()> {
+    async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
+        self.inner.lookup_tokens(token_ids).await
+    }
+
+    async fn apply(&self, mut write: ProjectionWrite) -> Result<Applied> {
         match self.how {
             Break::AddsTokens => {
                 for (_, event) in &mut write.catalog {
@@ -74,6 +83,17 @@ impl ProjectionStore for Broken {
                         ..Default::default()
                     })
                     .await?;
+            }
+            Break::DecidesAgain => {
+                // Every apply's records at positions never seen before.
+                let shift = 1_000_000 * (self.arrivals.fetch_add(1, Ordering::SeqCst) as u64 + 1);
+                for (pos, _) in &mut write.catalog {
+                    pos.offset += shift;
+                }
+            }
+            Break::HidesRefusals => {
+                self.inner.apply(write).await?;
+                return Ok(Applied::default());
             }
             _ => {}
         }
@@ -221,6 +241,16 @@ breaking!(
     letting_the_last_arrival_win_fails_the_version_check,
     Break::LastArrivalWins,
     store::catalog_newest_version_wins_whatever_arrival_order
+);
+breaking!(
+    hiding_refusals_fails_the_first_market_check,
+    Break::HidesRefusals,
+    store::catalog_first_market_keeps_its_tokens_and_slug
+);
+breaking!(
+    deciding_a_replayed_record_again_fails_the_replay_check,
+    Break::DecidesAgain,
+    store::catalog_replay_decides_nothing_again
 );
 breaking!(
     positions_before_rows_fail_the_positions_check,

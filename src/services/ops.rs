@@ -101,6 +101,9 @@ fn known_series() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
     for kind in ["price", "book", "metrics", "catalog"] {
         out.push(one(tm::PROJECTOR_EVENTS_APPLIED, "kind", kind));
     }
+    for reason in RejectKind::CATALOG {
+        out.push(one(tm::PROJECTOR_NOT_FOLDED, "reason", reason.label()));
+    }
     for table in ["prices", "metrics", "books"] {
         out.push(one(tm::PROJECTOR_ROWS_WRITTEN, "table", table));
     }

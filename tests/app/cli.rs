@@ -50,11 +50,19 @@ fn each_subcommand_shows_only_its_own_flags() {
     assert!(!api.contains("--kafka"), "{api}");
     assert!(!api.contains("--scylla-write-concurrency"), "{api}");
     assert!(!api.contains("--scylla-replication"), "{api}");
+    // Ingest and backfill read the store (its catalog), never write it.
     let ingest = help("ingest");
-    assert!(!ingest.contains("--scylla"), "{ingest}");
+    assert!(ingest.contains("--scylla-nodes"), "{ingest}");
+    assert!(!ingest.contains("--scylla-write-concurrency"), "{ingest}");
+    assert!(!ingest.contains("--scylla-replication"), "{ingest}");
     assert!(!ingest.contains("--kafka-group"), "{ingest}");
     assert!(ingest.contains("--kafka-max-in-flight"), "{ingest}");
     let backfill = help("backfill");
+    assert!(backfill.contains("--scylla-nodes"), "{backfill}");
+    assert!(
+        !backfill.contains("--scylla-write-concurrency"),
+        "{backfill}"
+    );
     assert!(!backfill.contains("--kafka-group"), "{backfill}");
     assert!(!backfill.contains("--kafka-partitions"), "{backfill}");
     assert!(help("kafka").contains("--kafka-partitions"));

@@ -9,6 +9,7 @@ use hindsight::services::http::HttpLimits;
 use hindsight::services::ingest::IngestConfig;
 use hindsight::services::{self, Listeners, Service};
 use hindsight_api::plans::Plans;
+use hindsight_ingest::http::IngestLimits;
 use hindsight_projector::ProjectorConfig;
 use hindsight_schemas::time::ManualClock;
 use hindsight_schemas::Timestamp;
@@ -133,6 +134,16 @@ pub async fn port0() -> TcpListener {
     TcpListener::bind("127.0.0.1:0").await.unwrap()
 }
 
+/// Ingest as configured, except that its catalog view is read again at
+/// every batch: a test sees a record ingest checks against as soon as the
+/// API shows it.
+pub fn ingest_limits() -> IngestLimits {
+    IngestLimits {
+        catalog_max_age: std::time::Duration::ZERO,
+        ..IngestLimits::default()
+    }
+}
+
 /// The API's configuration as `hindsight api --data-dir dir` builds it.
 pub fn api_config(opts: &Options, clock: &Arc<ManualClock>, dir: &Path) -> ApiConfig {
     ApiConfig {
@@ -163,7 +174,7 @@ pub async fn spawn_app_in(dir: &Path, opts: Options) -> TestApp {
     let ingest_cfg = IngestConfig {
         token: INGEST_TOKEN.into(),
         max_body_bytes: opts.max_body_bytes,
-        limits: Default::default(),
+        limits: ingest_limits(),
     };
     let listeners = || async {
         Listeners {
@@ -266,7 +277,7 @@ pub async fn spawn_dev_with(name: &str, opts: Options) -> TestApp {
         ingest: IngestConfig {
             token: INGEST_TOKEN.into(),
             max_body_bytes: 64 << 20,
-            limits: Default::default(),
+            limits: ingest_limits(),
         },
         api: api_config(&opts, &clock, &dir),
         projector: ProjectorConfig::default(),

@@ -24,7 +24,7 @@ async fn every_service_serves_metrics_promtool_accepts_and_probes() {
         async move { Backends::connect(&cfg).await.unwrap() }
     };
     let (for_ingest, for_projector, for_api) = (
-        connect(Uses::APPEND).await,
+        connect(Uses::INGEST).await,
         connect(Uses::CONSUME).await,
         connect(Uses::READ).await,
     );

@@ -107,6 +107,8 @@ macro_rules! store_conformance {
             positions_never_advance_past_unwritten_rows: Shared,
             catalog_newest_version_wins_whatever_arrival_order: Shared,
             catalog_token_list_is_replaced: Shared,
+            catalog_first_market_keeps_its_tokens_and_slug: Shared,
+            catalog_replay_decides_nothing_again: Shared,
             catalog_slug_change_moves_the_lookup: Shared,
             catalog_series_and_events_are_stored_and_listed: Shared,
             catalog_changes_after_a_cursor: Shared,
