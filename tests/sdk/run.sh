@@ -92,8 +92,9 @@ distributed)
   "$bin" scylla migrate "${cql[@]}" \
     --scylla-replication "{'class': 'SimpleStrategy', 'replication_factor': 1}" > /dev/null
   for i in 0 1; do
+    # Ingest checks lines against the catalog in the CQL store.
     HINDSIGHT_LOG=warn,hindsight::lifecycle=info "$bin" ingest --listen 127.0.0.1:0 "${kafka[@]}" \
-      --data-dir "$work/ingest-$i" 2> "$work/ingest-$i.err" &
+      "${cql[@]}" --data-dir "$work/ingest-$i" 2> "$work/ingest-$i.err" &
     pids+=($!)
     "$bin" projector --metrics-listen 127.0.0.1:0 "${kafka[@]}" --kafka-group "$run-projector" \
       --kafka-instance-id "projector-$i" "${cql[@]}" --data-dir "$work/projector-$i" \
@@ -103,10 +104,13 @@ distributed)
       --data-dir "$work/api-$i" 2> "$work/api-$i.err" &
     pids+=($!)
   done
-  export HINDSIGHT_INGEST_URL="$(listening "$work/ingest-1.err")"
-  export HINDSIGHT_URL="$(listening "$work/api-0.err")"
+  # Plain assignments, so that a service that did not start ends the run.
+  HINDSIGHT_INGEST_URL="$(listening "$work/ingest-1.err")"
+  HINDSIGHT_URL="$(listening "$work/api-0.err")"
   probe_url="$(listening "$work/api-1.err")"
-  export HINDSIGHT_KEY_ENTERPRISE="$("$bin" keys create "${backend[@]}" --org sdk --plan enterprise 2>/dev/null)"
+  export HINDSIGHT_INGEST_URL HINDSIGHT_URL
+  HINDSIGHT_KEY_ENTERPRISE="$("$bin" keys create "${backend[@]}" --org sdk --plan enterprise 2>/dev/null)"
+  export HINDSIGHT_KEY_ENTERPRISE
   ;;
 *)
   echo "usage: tests/sdk/run.sh embedded|distributed" >&2
