@@ -92,12 +92,20 @@ async fn seed(app: &Embedded, markets: usize) -> anyhow::Result<()> {
             }));
         }
     }
-    app.log
-        .append(AppendBatch {
-            events,
-            idempotency: None,
-        })
-        .await?;
+    project_with_key(app, events).await
+}
+
+/// Appends `events` to the embedded log, projects them all, and stores the
+/// benchmark's API key: a data directory `hindsight api` can serve.
+pub async fn project_with_key(app: &Embedded, events: Vec<Event>) -> anyhow::Result<()> {
+    for chunk in events.chunks(20_000) {
+        app.log
+            .append(AppendBatch {
+                events: chunk.to_vec(),
+                idempotency: None,
+            })
+            .await?;
+    }
     app.projector(ProjectorConfig::default()).catch_up().await?;
     app.store
         .put_key(keys::record_for(KEY, "bench", "enterprise"))

@@ -17,7 +17,7 @@
 //! (`eval "$(scripts/engines.sh start)"`) and the release binary
 //! (`cargo build --release`).
 
-use crate::api::{load, Server, KEY};
+use crate::api::{load, project_with_key, Server, KEY};
 use hindsight::app::Embedded;
 use hindsight_api::keys;
 use hindsight_contracts::{AppendBatch, AuthStore, ConsumerSource, EventLog};
@@ -50,7 +50,7 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
 
 /// A data shape: NDJSON batches (catalog first, then ticks in time order).
 struct Shape {
-    name: &'static str,
+    name: String,
     bodies: Vec<String>,
 }
 
@@ -99,7 +99,7 @@ fn long_tail(prefix: &str, ticks: usize) -> Shape {
         lines.push(tick_line(&format!("{prefix}{}", token / 2), side, ts, p));
     }
     Shape {
-        name: "long tail: 20 000 tokens, 1 day, Zipf activity",
+        name: "long tail: 20 000 tokens, 1 day, Zipf activity".into(),
         bodies: bodies(lines, 10_000),
     }
 }
@@ -120,7 +120,7 @@ fn dense(prefix: &str, every: i64) -> Shape {
         }
     }
     Shape {
-        name: "dense: 50 tokens, 4 h, a tick every 2 s each",
+        name: format!("dense: 50 tokens, 4 h, a tick every {every} s each"),
         bodies: bodies(lines, 10_000),
     }
 }
@@ -313,20 +313,7 @@ async fn pages(
     quick: bool,
 ) -> anyhow::Result<()> {
     let embedded_dir = dir.join("embedded");
-    let app = Embedded::open(&embedded_dir)?;
-    for chunk in events_of(shape).chunks(20_000) {
-        app.log
-            .append(AppendBatch {
-                events: chunk.to_vec(),
-                idempotency: None,
-            })
-            .await?;
-    }
-    app.projector(ProjectorConfig::default()).catch_up().await?;
-    app.store
-        .put_key(keys::record_for(KEY, "bench", "enterprise"))
-        .await?;
-    drop(app);
+    project_with_key(&Embedded::open(&embedded_dir)?, events_of(shape)).await?;
 
     let path = format!(
         "/v1/tokens/dn0-yes/prices?start_ts={DAY}&end_ts={}&resolution=1m&limit=200",
