@@ -935,9 +935,11 @@ impl ReadStore for ScyllaStore {
     }
 
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>> {
-        // One row per market listing the token: normally one. While two
-        // markets list it (it moved and the old market's update is still
-        // to come), the latest written wins, as in the embedded store.
+        // One row per market listing the token: one, since a market version
+        // listing another market's token is not stored. Several only in a
+        // keyspace written before that rule, or after two projectors stored
+        // conflicting markets at the same instant (docs/DESIGN.md, "The
+        // catalog"): the latest written wins, as in the embedded store.
         let rows = self
             .exec("read_token", "select_token", (token_id,))
             .await?
