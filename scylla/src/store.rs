@@ -765,6 +765,8 @@ impl ProjectionStore for ScyllaStore {
     }
 
     async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
+        // Point reads side by side, within the projector's one budget of
+        // requests in flight (`write_concurrency`).
         let lookups = token_ids.iter().map(|id| async move {
             let _permit = self.writes.acquire().await.map_err(fail)?;
             self.token(id).await
