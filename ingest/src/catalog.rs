@@ -16,7 +16,7 @@ use hindsight_contracts::{CatalogCursor, ReadStore};
 use hindsight_schemas::claims::{self, Claims};
 use hindsight_schemas::wire::Reject;
 use hindsight_schemas::{Event, MarketRecord, Timestamp};
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
@@ -174,11 +174,11 @@ struct Layered<'a> {
 
 impl Claims for Layered<'_> {
     fn token_market(&self, token_id: &str) -> Option<&str> {
-        self.batch
-            .tokens
-            .get(token_id)
-            .map(String::as_str)
-            .or_else(|| self.base.token_market(token_id))
+        match self.batch.tokens.is_empty() {
+            true => None,
+            false => self.batch.tokens.get(token_id).map(String::as_str),
+        }
+        .or_else(|| self.base.token_market(token_id))
     }
 
     fn slug_market(&self, slug: &str) -> Option<&str> {
@@ -208,49 +208,36 @@ impl BatchClaims {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hindsight_contracts::conformance::T0;
     use hindsight_schemas::wire::{parse_line, RejectKind};
 
     const NOW: Timestamp = Timestamp(1_760_000_000_000);
 
-    fn market(id: &str, slug: &str, tokens: &[&str], updated: &str) -> MarketRecord {
-        let tokens: Vec<String> = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| format!(r#"{{"id":"{t}","label":"L{i}"}}"#))
-            .collect();
-        let line = format!(
-            r#"{{"kind":"market","id":"{id}","slug":"{slug}","status":"open","tokens":[{}],"updated_at":"{updated}"}}"#,
-            tokens.join(",")
-        );
-        match parse_line(&line, NOW).unwrap() {
-            Event::Market(m) => m,
-            _ => unreachable!(),
-        }
+    /// Market `id` with `slug`, `tokens` and version `day` (days after 2025-09-01).
+    fn market(id: &str, slug: &str, tokens: &[&str], day: i64) -> MarketRecord {
+        let tokens: Vec<(&str, &str)> = tokens.iter().map(|t| (*t, *t)).collect();
+        hindsight_contracts::conformance::store::market(
+            id,
+            slug,
+            "q",
+            T0 + day * 86_400_000,
+            &tokens,
+        )
     }
 
     #[test]
     fn a_newer_version_replaces_what_a_market_holds_and_an_older_one_changes_nothing() {
         let mut index = Index::default();
-        index.apply(&market(
-            "a",
-            "a-slug",
-            &["t1", "t2"],
-            "2025-09-01T00:00:00Z",
-        ));
-        index.apply(&market("a", "a-slug2", &["t2"], "2025-09-02T00:00:00Z"));
-        index.apply(&market(
-            "a",
-            "a-slug",
-            &["t1", "t2"],
-            "2025-09-01T00:00:00Z",
-        ));
+        index.apply(&market("a", "a-slug", &["t1", "t2"], 0));
+        index.apply(&market("a", "a-slug2", &["t2"], 1));
+        index.apply(&market("a", "a-slug", &["t1", "t2"], 0));
         assert_eq!(index.token_market("t1"), None);
         assert_eq!(index.token_market("t2"), Some("a"));
         assert_eq!(index.slug_market("a-slug"), None);
         assert_eq!(index.slug_market("a-slug2"), Some("a"));
         // A token another market took since is left to it.
-        index.apply(&market("b", "b-slug", &["t1"], "2025-09-02T00:00:00Z"));
-        index.apply(&market("a", "a-slug2", &["t4"], "2025-09-03T00:00:00Z"));
+        index.apply(&market("b", "b-slug", &["t1"], 1));
+        index.apply(&market("a", "a-slug2", &["t4"], 2));
         assert_eq!(index.token_market("t1"), Some("b"));
     }
 
@@ -258,12 +245,12 @@ mod tests {
     fn a_batch_cannot_list_a_token_or_slug_twice_nor_tick_it_under_another_market() {
         let base = Index::default();
         let mut batch = BatchClaims::default();
-        let a = Event::Market(market("a", "s", &["t1"], "2025-09-01T00:00:00Z"));
+        let a = Event::Market(market("a", "s", &["t1"], 0));
         assert_eq!(batch.check(&base, &a), Ok(()));
-        let b = Event::Market(market("b", "s2", &["t9", "t1"], "2025-09-01T00:00:00Z"));
+        let b = Event::Market(market("b", "s2", &["t9", "t1"], 0));
         let reject = batch.check(&base, &b).unwrap_err();
         assert_eq!(reject.kind(), RejectKind::TokenClaimed);
-        let c = Event::Market(market("c", "s", &["t3"], "2025-09-01T00:00:00Z"));
+        let c = Event::Market(market("c", "s", &["t3"], 0));
         assert_eq!(
             batch.check(&base, &c).unwrap_err().kind(),
             RejectKind::SlugTaken
@@ -278,7 +265,7 @@ mod tests {
             RejectKind::MarketMismatch
         );
         // The refused market claimed nothing: its other token is free.
-        let d = Event::Market(market("d", "s4", &["t9"], "2025-09-01T00:00:00Z"));
+        let d = Event::Market(market("d", "s4", &["t9"], 0));
         assert_eq!(batch.check(&base, &d), Ok(()));
     }
 }

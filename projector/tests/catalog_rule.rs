@@ -5,7 +5,7 @@
 //! slug is not stored, each decided against the catalog at the event's log
 //! position — so the outcome is the same however the log is cut into steps.
 
-use hindsight_contracts::{AppendBatch, EventLog, Range, ReadStore};
+use hindsight_contracts::{conformance, AppendBatch, EventLog, Range, ReadStore};
 use hindsight_projector::{Projector, ProjectorConfig};
 use hindsight_schemas::wire::parse_line;
 use hindsight_schemas::{Event, Resolution, Timestamp};
@@ -27,17 +27,14 @@ fn tick(market: &str, token: &str, offset_s: i64, p: f64) -> Event {
 /// Market `id` (version `v`, its `updated_at` in seconds after DAY) with
 /// `slug` and `tokens`.
 fn market(id: &str, v: i64, slug: &str, tokens: &[&str]) -> Event {
-    let tokens: Vec<String> = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| format!(r#"{{"id":"{t}","label":"L{i}"}}"#))
-        .collect();
-    let line = format!(
-        r#"{{"kind":"market","id":"{id}","slug":"{slug}","status":"open","tokens":[{}],"updated_at":{}}}"#,
-        tokens.join(","),
-        DAY + v
-    );
-    parse_line(&line, Timestamp::now()).unwrap()
+    let tokens: Vec<(&str, &str)> = tokens.iter().map(|t| (*t, *t)).collect();
+    Event::Market(conformance::store::market(
+        id,
+        slug,
+        "q",
+        (DAY + v) * 1000,
+        &tokens,
+    ))
 }
 
 /// Appends `events` as they are (no ingest check: the log may hold

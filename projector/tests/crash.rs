@@ -10,14 +10,14 @@
 //! every run.
 
 use hindsight_contracts::conformance::log::sample_events;
-use hindsight_contracts::conformance::T0;
+use hindsight_contracts::conformance::{self, T0};
 use hindsight_contracts::faults::{FaultyLog, FaultyStore, LogFault, StoreFault};
 use hindsight_contracts::{
     AppendBatch, AppendOutcome, EventLog, Idempotency, Position, ProjectionStore, ReadStore, Row,
     RowKey, Table,
 };
 use hindsight_projector::{Projector, ProjectorConfig};
-use hindsight_schemas::{Event, MarketRecord, PriceTick, Resolution, Timestamp, Token};
+use hindsight_schemas::{Event, MarketRecord, PriceTick, Resolution, Timestamp};
 use hindsight_sqlite::{EmbeddedSource, SqliteLog, SqliteStore};
 use std::collections::BTreeSet;
 use std::path::Path;
@@ -37,23 +37,10 @@ const STEP: usize = 23;
 /// both), and ticks under another market than their token's (not folded).
 fn events() -> Vec<Event> {
     let mut events = sample_events("crash", 8, 30);
-    let template = match events.iter().find(|e| matches!(e, Event::Market(_))) {
-        Some(Event::Market(m)) => m.clone(),
-        _ => unreachable!("the sample has markets"),
-    };
     let market = |id: &str, round: i64, slug: &str, tokens: &[&str]| {
-        let mut m = template.clone();
-        m.id = id.into();
-        m.slug = slug.into();
-        m.tokens = tokens
-            .iter()
-            .map(|t| Token {
-                id: t.to_string(),
-                label: t.to_string(),
-            })
-            .collect();
-        m.updated_at = Timestamp(T0 + round * 7_000 + 500);
-        Event::Market(m)
+        let tokens: Vec<(&str, &str)> = tokens.iter().map(|t| (*t, *t)).collect();
+        let updated = T0 + round * 7_000 + 500;
+        Event::Market(conformance::store::market(id, slug, "q", updated, &tokens))
     };
     let tick = |market: &str, token: &str, round: i64| {
         Event::Price(PriceTick {
@@ -212,6 +199,7 @@ async fn clean(dir: &Path, events: &[Event]) -> (Arc<SqliteLog>, Tables) {
     assert_eq!(projected, events.len() as u64);
     let tables = tables(&store, events).await;
     assert!(tables.rows.len() > 300, "{} rows", tables.rows.len());
+    assert_the_rule_held(&store).await;
     (log, tables)
 }
 
@@ -320,69 +308,52 @@ async fn assert_the_rule_held(store: &SqliteStore) {
     }
 }
 
-/// A crash between the catalog and the positions at every write of the
-/// log: each restart replays a step whose catalog records were decided
-/// already, and must not decide them again (a refused market stays refused
-/// though a later record of the step released its token). Every restart
-/// equals the clean pass, which kept the catalog rule.
-#[tokio::test]
-async fn a_crash_at_any_write_leaves_the_catalog_rule_deciding_as_one_clean_pass() {
+/// Which writes to fail at.
+enum Steps {
+    These(&'static [u64]),
+    /// Every write a clean pass makes.
+    EveryWrite,
+}
+
+/// Projects the log once cleanly, then again failing at each step as
+/// `fault` says (each time on a store of its own) and restarting: every
+/// restart must equal the clean pass. `rows_ahead`: the failed write left
+/// rows ahead of the positions (checked, so the fault is known to bite).
+async fn fail_at_each(steps: Steps, fault: fn(u64) -> StoreFault, rows_ahead: bool) {
     let dir = tempfile::tempdir().unwrap();
     let events = events();
     let (log, want) = clean(dir.path(), &events).await;
-    assert_the_rule_held(&SqliteStore::open(&dir.path().join("clean")).unwrap()).await;
-    let applies = applies_of_a_clean_pass(&log, &dir.path().join("count")).await;
-    for n in 1..=applies {
-        let store_dir = dir.path().join(format!("any-{n}"));
-        // A write may hold only catalog records: no row need be ahead.
-        crash_and_restart(
-            &log,
-            &store_dir,
-            StoreFault::CrashBeforePositions(n),
-            &events,
-            &want,
-            false,
-        )
-        .await;
+    let steps: Vec<u64> = match steps {
+        Steps::These(steps) => steps.to_vec(),
+        Steps::EveryWrite => {
+            (1..=applies_of_a_clean_pass(&log, &dir.path().join("count")).await).collect()
+        }
+    };
+    for n in steps {
+        let store_dir = dir.path().join(format!("step-{n}"));
+        crash_and_restart(&log, &store_dir, fault(n), &events, &want, rows_ahead).await;
     }
 }
 
 #[tokio::test]
 async fn a_failed_apply_then_a_restart_equals_a_clean_projection() {
-    let dir = tempfile::tempdir().unwrap();
-    let events = events();
-    let (log, want) = clean(dir.path(), &events).await;
-    for n in STEPS {
-        let store_dir = dir.path().join(format!("fail-{n}"));
-        crash_and_restart(
-            &log,
-            &store_dir,
-            StoreFault::FailApply(n),
-            &events,
-            &want,
-            true,
-        )
-        .await;
-    }
+    fail_at_each(Steps::These(&STEPS), StoreFault::FailApply, true).await;
 }
 
 #[tokio::test]
 async fn a_crash_between_rows_and_positions_then_a_restart_equals_a_clean_projection() {
-    let dir = tempfile::tempdir().unwrap();
-    let events = events();
-    let (log, want) = clean(dir.path(), &events).await;
-    for n in STEPS {
-        let store_dir = dir.path().join(format!("cut-{n}"));
-        crash_and_restart(
-            &log,
-            &store_dir,
-            StoreFault::CrashBeforePositions(n),
-            &events,
-            &want,
-            true,
-        )
-        .await;
-    }
+    fail_at_each(Steps::These(&STEPS), StoreFault::CrashBeforePositions, true).await;
+}
+
+/// A crash between the catalog and the positions at every write of the
+/// log: each restart replays a step whose catalog records were decided
+/// already, and must not decide them again (a refused market stays refused
+/// though a later record of the step released its token). Every restart
+/// equals the clean pass, which kept the catalog rule. (A write may hold
+/// only catalog records: no row need be ahead.)
+#[tokio::test]
+async fn a_crash_at_any_write_leaves_the_catalog_rule_deciding_as_one_clean_pass() {
+    fail_at_each(Steps::EveryWrite, StoreFault::CrashBeforePositions, false).await;
 }
 
 /// A failed append retried under its idempotency key leaves the log, and so

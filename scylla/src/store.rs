@@ -785,6 +785,8 @@ impl ProjectionStore for ScyllaStore {
     }
 
     async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
+        // Point reads side by side, within the projector's one budget of
+        // requests in flight (`write_concurrency`).
         let lookups = token_ids.iter().map(|id| async move {
             let _permit = self.writes.acquire().await.map_err(fail)?;
             self.token(id).await
@@ -927,9 +929,11 @@ impl ReadStore for ScyllaStore {
     }
 
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>> {
-        // One row per market listing the token: normally one. While two
-        // markets list it (it moved and the old market's update is still
-        // to come), the latest written wins, as in the embedded store.
+        // One row per market listing the token: one, since a market version
+        // listing another market's token is not stored. Several only in a
+        // keyspace written before that rule, or after two projectors stored
+        // conflicting markets at the same instant (docs/DESIGN.md, "The
+        // catalog"): the latest written wins, as in the embedded store.
         let rows = self
             .exec("read_token", "select_token", (token_id,))
             .await?

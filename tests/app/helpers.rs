@@ -386,6 +386,18 @@ pub async fn get_from(
     )
 }
 
+/// The `/metrics` text served at `base`.
+pub async fn metrics_text(base: &str) -> String {
+    client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// Polls `path` until `done` holds for the JSON body, or panics after 20 s.
 pub async fn wait_for(
     app: &TestApp,
@@ -420,6 +432,20 @@ pub fn market_line(m: &str) -> String {
     format!(
         r#"{{"kind":"market","id":"{m}","slug":"{m}-slug","question":"Will {m} happen?","status":"open","tokens":[{{"id":"{m}-yes","label":"Yes"}},{{"id":"{m}-no","label":"No"}}],"updated_at":"2025-08-15T00:00:00Z"}}"#
     )
+}
+
+/// A catalog line for market `id` with `slug` and `tokens` (labelled as
+/// their ids).
+pub fn market_line_with(id: &str, slug: &str, tokens: &[&str]) -> String {
+    let tokens: Vec<(&str, &str)> = tokens.iter().map(|t| (*t, *t)).collect();
+    let m = hindsight_contracts::conformance::store::market(
+        id,
+        slug,
+        "q",
+        hindsight_contracts::conformance::T0,
+        &tokens,
+    );
+    hindsight_schemas::wire::to_line(&hindsight_schemas::Event::Market(m))
 }
 
 pub fn price_line(market: &str, token: &str, ts_secs: i64, p: f64) -> String {

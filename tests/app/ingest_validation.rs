@@ -151,17 +151,7 @@ async fn lines_the_catalog_contradicts_are_refused_naming_field_and_holder() {
     let (status, body) = ingest(&app, market_line("c1")).await;
     assert_eq!(status, 200, "{body}");
     wait_for(&app, "/v1/markets/c1", |b| b["id"] == "c1").await;
-    let market = |id: &str, slug: &str, tokens: &[&str]| {
-        let tokens: Vec<String> = tokens
-            .iter()
-            .enumerate()
-            .map(|(i, t)| format!(r#"{{"id":"{t}","label":"L{i}"}}"#))
-            .collect();
-        format!(
-            r#"{{"kind":"market","id":"{id}","slug":"{slug}","status":"open","tokens":[{}]}}"#,
-            tokens.join(",")
-        )
-    };
+    let market = market_line_with;
     let lines = [
         price_line("c9", "c1-yes", DAY, 0.9), // 1 c1's token under c9
         price_line("c1", "c1-yes", DAY, 0.5), // 2 ok
@@ -199,14 +189,7 @@ async fn lines_the_catalog_contradicts_are_refused_naming_field_and_holder() {
     );
     // Each refused under its reason on /metrics (the registry is the
     // process's: other tests may have added to it).
-    let metrics = client()
-        .get(format!("{}/metrics", app.ops))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&app.ops).await;
     for (reason, at_least) in [
         ("market_mismatch", 2),
         ("token_claimed", 2),

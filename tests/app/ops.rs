@@ -104,14 +104,7 @@ async fn every_service_serves_metrics_promtool_accepts_and_probes() {
                 .unwrap();
             assert_eq!(r.status(), 404);
         }
-        let body = client()
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body = metrics_text(&base).await;
         assert!(body.contains("hindsight_"), "{name}: {body}");
         promtool_accepts(name, &body);
     }

@@ -483,7 +483,9 @@ fn event(id: &str, series_id: Option<&str>, title: &str, updated: i64) -> EventR
     }
 }
 
-fn market(
+/// An open market `id` with `slug`, `question`, version `updated` (Unix
+/// ms) and `tokens` as `(id, label)`: a builder for tests beside the suite.
+pub fn market(
     id: &str,
     slug: &str,
     question: &str,
