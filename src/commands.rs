@@ -140,7 +140,7 @@ async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         max_body_bytes: args.ingest.ingest_max_body_bytes,
         limits: args.ingest.limits(),
     };
-    let backends = Backends::connect(&args.backends()).await?;
+    let backends = Backends::connect(&args.backends()?).await?;
     let listeners = Listeners::bind(args.listen, args.metrics_listen).await?;
     let service =
         services::ingest::build(&cfg, &backends, listeners)?.with_http_limits(args.http.limits());
@@ -171,7 +171,7 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
 }
 
 async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
-    let backends = Backends::connect(&args.backends()).await?;
+    let backends = Backends::connect(&args.backends()?).await?;
     let log = backends.log()?;
     let limits = args.wire.limits();
     let mut progress = Progress::new(!args.no_progress);

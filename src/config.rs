@@ -427,6 +427,11 @@ pub struct IngestArgs {
     pub kafka: KafkaArgs,
     #[command(flatten)]
     pub producer: KafkaProducerArgs,
+    /// With Kafka: the CQL store holding the idempotency keys every ingest
+    /// replica shares (without it, keys live in this data directory's
+    /// `idempotency.db`, and only retries reaching this host are safe).
+    #[command(flatten)]
+    pub scylla: ScyllaArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: SocketAddr,
     /// Address of /metrics, /livez and /readyz (default: the listen
@@ -440,13 +445,13 @@ pub struct IngestArgs {
 }
 
 impl IngestArgs {
-    pub fn backends(&self) -> BackendConfig {
-        BackendConfig {
+    pub fn backends(&self) -> anyhow::Result<BackendConfig> {
+        Ok(BackendConfig {
             data_dir: self.data.data_dir.clone(),
             kafka: self.kafka.settings(&self.producer, None, None, None),
-            scylla: None,
+            scylla: self.scylla.config(None, None)?,
             uses: Uses::APPEND,
-        }
+        })
     }
 }
 
@@ -533,6 +538,9 @@ pub struct BackfillArgs {
     pub kafka: KafkaArgs,
     #[command(flatten)]
     pub producer: KafkaProducerArgs,
+    /// With Kafka: the CQL store holding the idempotency keys (as ingest).
+    #[command(flatten)]
+    pub scylla: ScyllaArgs,
     /// NDJSON files; gzip is detected by content.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
@@ -544,13 +552,13 @@ pub struct BackfillArgs {
 }
 
 impl BackfillArgs {
-    pub fn backends(&self) -> BackendConfig {
-        BackendConfig {
+    pub fn backends(&self) -> anyhow::Result<BackendConfig> {
+        Ok(BackendConfig {
             data_dir: self.data.data_dir.clone(),
             kafka: self.kafka.settings(&self.producer, None, None, None),
-            scylla: None,
+            scylla: self.scylla.config(None, None)?,
             uses: Uses::APPEND,
-        }
+        })
     }
 }
 

@@ -5,7 +5,11 @@
 /// and `tokens` (a market upsert now replaces its slug and token list).
 /// Migrating a version 1 keyspace creates the new tables empty: run
 /// `hindsight rebuild` after it to fill them from the log.
-pub const SCHEMA_VERSION: i32 = 2;
+/// Version 3: `idempotency_keys`, ingest's idempotency keys in Kafka mode
+/// (created empty; keys of `idempotency.db` files are not carried over:
+/// migrate while no batch is being retried, or accept that a retry within
+/// 24 h of the switch may be appended again).
+pub const SCHEMA_VERSION: i32 = 3;
 
 const CQL: &str = include_str!("../../schemas/cql/hindsight.cql");
 

@@ -21,7 +21,7 @@ use scylla::response::{PagingState, PagingStateResponse};
 use scylla::serialize::row::SerializeRow;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
-use scylla::statement::Consistency;
+use scylla::statement::{Consistency, SerialConsistency};
 use scylla::value::{Counter, CqlTimestamp};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -55,11 +55,11 @@ pub fn parse_consistency(text: &str) -> Option<Consistency> {
     })
 }
 
-fn fail(e: impl std::fmt::Display) -> Error {
+pub(crate) fn fail(e: impl std::fmt::Display) -> Error {
     Error::unavailable("cql", e.to_string())
 }
 
-fn corrupt(e: impl std::fmt::Display) -> Error {
+pub(crate) fn corrupt(e: impl std::fmt::Display) -> Error {
     Error::corrupt("cql", e.to_string())
 }
 
@@ -125,7 +125,16 @@ pub struct ScyllaStore {
     writes: Arc<Semaphore>,
 }
 
-fn ts(ms: i64) -> CqlTimestamp {
+/// The Paxos consistency of lightweight transactions: within the local data
+/// center when the configured consistency is local, else across all.
+fn serial_for(consistency: Consistency) -> SerialConsistency {
+    match consistency {
+        Consistency::LocalQuorum | Consistency::LocalOne => SerialConsistency::LocalSerial,
+        _ => SerialConsistency::Serial,
+    }
+}
+
+pub(crate) fn ts(ms: i64) -> CqlTimestamp {
     CqlTimestamp(ms)
 }
 
@@ -141,7 +150,9 @@ impl ScyllaStore {
         schema::check_keyspace(&config.keyspace).map_err(|e| Error::backend("cql", e))?;
         let session = session(&config).await?;
         let mut prepared = HashMap::new();
-        for Stmt { name, cql, binds } in statements::all(&config.keyspace) {
+        for stmt in statements::all(&config.keyspace) {
+            let lwt = statements::is_lwt(&stmt);
+            let Stmt { name, cql, binds } = stmt;
             let mut p = session
                 .prepare(cql.as_str())
                 .await
@@ -158,9 +169,13 @@ impl ScyllaStore {
             }
             p.set_consistency(config.consistency);
             p.set_request_timeout(Some(config.request_timeout));
-            // Every write is a whole-row overwrite or a counter bump; the
-            // counter is the one statement not safe to retry.
-            p.set_is_idempotent(name != "hit_window");
+            // Every plain write is a whole-row overwrite or a counter bump;
+            // the counter and the lightweight transactions are not safe to
+            // retry blindly (their callers handle a lost answer).
+            p.set_is_idempotent(name != "hit_window" && !lwt);
+            if lwt {
+                p.set_serial_consistency(Some(serial_for(config.consistency)));
+            }
             prepared.insert(name, p);
         }
         let writes = Arc::new(Semaphore::new(config.write_concurrency.max(1)));
@@ -213,7 +228,7 @@ impl ScyllaStore {
             .unwrap_or_else(|| panic!("statement {name} is prepared at connect"))
     }
 
-    async fn exec(
+    pub(crate) async fn exec(
         &self,
         op: &'static str,
         name: &str,

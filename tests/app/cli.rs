@@ -51,10 +51,18 @@ fn each_subcommand_shows_only_its_own_flags() {
     assert!(!api.contains("--scylla-write-concurrency"), "{api}");
     assert!(!api.contains("--scylla-replication"), "{api}");
     let ingest = help("ingest");
-    assert!(!ingest.contains("--scylla"), "{ingest}");
+    // The CQL store holds Kafka's idempotency keys; ingest writes no rows.
+    assert!(ingest.contains("--scylla-nodes"), "{ingest}");
+    assert!(!ingest.contains("--scylla-write-concurrency"), "{ingest}");
+    assert!(!ingest.contains("--scylla-replication"), "{ingest}");
     assert!(!ingest.contains("--kafka-group"), "{ingest}");
     assert!(ingest.contains("--kafka-max-in-flight"), "{ingest}");
     let backfill = help("backfill");
+    assert!(backfill.contains("--scylla-nodes"), "{backfill}");
+    assert!(
+        !backfill.contains("--scylla-write-concurrency"),
+        "{backfill}"
+    );
     assert!(!backfill.contains("--kafka-group"), "{backfill}");
     assert!(!backfill.contains("--kafka-partitions"), "{backfill}");
     assert!(help("kafka").contains("--kafka-partitions"));

@@ -1,0 +1,349 @@
+//! Idempotency store checks: [`crate::IdempotencyStore`].
+//!
+//! Each check gets two handles on one store ([`IdempotencyPair`]), as two
+//! ingest replicas would hold, and writes only keys under its prefix. Leases
+//! are short where a check needs one to run out.
+
+use super::{ensure, store_err, Check, IdempotencyPair};
+use crate::{Claim, Hold, IdempotencyStore, Position};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// A lease no check waits out.
+const LONG: Duration = Duration::from_secs(120);
+/// A lease a check waits out.
+const SHORT: Duration = Duration::from_millis(400);
+
+fn digest(n: u8) -> [u8; 32] {
+    [n; 32]
+}
+
+const MARKER: Position = Position {
+    partition: 2,
+    offset: 41,
+};
+
+/// A new owner id for every attempt of a check (process-wide: checks run
+/// in parallel, and an id is never reused).
+fn next_owner() -> u128 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(1);
+    u128::from(NEXT.fetch_add(1, Ordering::SeqCst)) << 64 | u128::from(std::process::id())
+}
+
+async fn claim(
+    store: &dyn IdempotencyStore,
+    key: &str,
+    body: u8,
+    response: &str,
+    lease: Duration,
+) -> Result<Claim, String> {
+    store
+        .claim(key, &digest(body), next_owner(), response.as_bytes(), lease)
+        .await
+        .map_err(store_err)
+}
+
+fn owned(claim: Claim, what: &str) -> Result<Hold, String> {
+    match claim {
+        Claim::Owned(hold) => Ok(hold),
+        other => Err(format!("{what}: expected Owned, got {other:?}")),
+    }
+}
+
+/// How far two processes' clocks may disagree on when a lease ends (the
+/// holder sets its end by its clock, another claim reads it by its own).
+const CLOCK_SLACK: Duration = Duration::from_secs(1);
+
+fn busy(claim: &Claim, lease: Duration, what: &str) -> Result<Duration, String> {
+    match claim {
+        Claim::Busy { retry_after }
+            if !retry_after.is_zero() && *retry_after <= lease + CLOCK_SLACK =>
+        {
+            Ok(*retry_after)
+        }
+        other => Err(format!(
+            "{what}: expected Busy with a retry within the {lease:?} lease, got {other:?}"
+        )),
+    }
+}
+
+fn done(claim: &Claim, response: &str, what: &str) -> Check {
+    ensure(
+        *claim
+            == Claim::Done {
+                response: response.as_bytes().to_vec(),
+            },
+        || format!("{what}: expected Done with the first response {response:?}, got {claim:?}"),
+    )
+}
+
+/// Claims `key` eight times at once, half on each handle; returns every
+/// answer.
+async fn claim_concurrently(pair: &IdempotencyPair, key: &str) -> Result<Vec<Claim>, String> {
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let store: Arc<dyn IdempotencyStore> = if i % 2 == 0 {
+            pair.a.clone()
+        } else {
+            pair.b.clone()
+        };
+        let key = key.to_string();
+        tasks.push(tokio::spawn(async move {
+            store
+                .claim(
+                    &key,
+                    &digest(1),
+                    next_owner(),
+                    format!("response {i}").as_bytes(),
+                    LONG,
+                )
+                .await
+        }));
+    }
+    let mut out = Vec::new();
+    for task in tasks {
+        out.push(
+            task.await
+                .map_err(|e| format!("claim task: {e}"))?
+                .map_err(store_err)?,
+        );
+    }
+    Ok(out)
+}
+
+fn exactly_one_owner(claims: &[Claim], what: &str) -> Result<Hold, String> {
+    let owners: Vec<&Hold> = claims
+        .iter()
+        .filter_map(|c| match c {
+            Claim::Owned(h) => Some(h),
+            _ => None,
+        })
+        .collect();
+    ensure(owners.len() == 1, || {
+        format!(
+            "{what}: {} of {} concurrent claims were granted the key: {claims:?}",
+            owners.len(),
+            claims.len()
+        )
+    })?;
+    for c in claims {
+        if !matches!(c, Claim::Owned(_)) {
+            busy(c, LONG, what)?;
+        }
+    }
+    Ok(owners[0].clone())
+}
+
+/// Eight concurrent claims of a new key from two handles: exactly one holds
+/// it, the others are told to come back. Released, the key is taken over
+/// by exactly one of eight concurrent claims again.
+pub async fn idempotency_concurrent_claims_grant_exactly_one_owner(
+    pair: &IdempotencyPair,
+    prefix: &str,
+) -> Check {
+    let key = format!("{prefix}-k");
+    let first = exactly_one_owner(&claim_concurrently(pair, &key).await?, "a new key")?;
+    pair.a.release(&first).await.map_err(store_err)?;
+    let second = exactly_one_owner(&claim_concurrently(pair, &key).await?, "a released key")?;
+    ensure(second.owner != first.owner, || {
+        "the takeover kept the released owner".into()
+    })
+}
+
+/// A claim with another body digest is `Conflict` while the key is
+/// pending, committing and done, and changes nothing: the first body's
+/// retry still gets the first response.
+pub async fn idempotency_another_body_conflicts_in_every_state(
+    pair: &IdempotencyPair,
+    prefix: &str,
+) -> Check {
+    let key = format!("{prefix}-k");
+    let hold = owned(
+        claim(&*pair.a, &key, 1, "first", LONG).await?,
+        "first claim",
+    )?;
+    let other = |state: &'static str| {
+        let key = key.clone();
+        async move {
+            let c = claim(&*pair.b, &key, 2, "other", LONG).await?;
+            ensure(c == Claim::Conflict, || {
+                format!("another body while {state}: {c:?}")
+            })
+        }
+    };
+    other("pending").await?;
+    let moved = pair.a.committing(&hold, MARKER).await.map_err(store_err)?;
+    ensure(moved, || "the holder could not mark committing".into())?;
+    other("committing").await?;
+    let moved = pair.a.done(&hold).await.map_err(store_err)?;
+    ensure(moved, || "the holder could not mark done".into())?;
+    other("done").await?;
+    let retry = claim(&*pair.b, &key, 1, "second", LONG).await?;
+    done(
+        &retry,
+        "first",
+        "the first body's retry after the conflicts",
+    )
+}
+
+/// While the holder's lease runs, a claim is `Busy`; after it, the key is
+/// taken over, and the previous holder's `committing`, `done` and `release`
+/// change nothing.
+pub async fn idempotency_an_expired_lease_is_taken_over_and_the_old_holder_is_ignored(
+    pair: &IdempotencyPair,
+    prefix: &str,
+) -> Check {
+    let key = format!("{prefix}-k");
+    let old = owned(
+        claim(&*pair.a, &key, 1, "first", SHORT).await?,
+        "first claim",
+    )?;
+    let wait = busy(
+        &claim(&*pair.b, &key, 1, "second", LONG).await?,
+        SHORT,
+        "a claim during the lease",
+    )?;
+    tokio::time::sleep(wait + Duration::from_millis(150)).await;
+    let new = owned(
+        claim(&*pair.b, &key, 1, "second", LONG).await?,
+        "a claim after the lease of a pending holder",
+    )?;
+    ensure(new.owner != old.owner, || {
+        "the takeover kept the old owner".into()
+    })?;
+    let stale_committing = pair.a.committing(&old, MARKER).await.map_err(store_err)?;
+    let stale_done = pair.a.done(&old).await.map_err(store_err)?;
+    ensure(!stale_committing && !stale_done, || {
+        format!(
+            "the taken-over holder still moved the key (committing: {stale_committing}, done: {stale_done})"
+        )
+    })?;
+    pair.a.release(&old).await.map_err(store_err)?;
+    busy(
+        &claim(&*pair.a, &key, 1, "third", LONG).await?,
+        LONG,
+        "a claim after the old holder's release (the new holder's lease runs)",
+    )?;
+    let moved = pair.b.committing(&new, MARKER).await.map_err(store_err)?
+        && pair.b.done(&new).await.map_err(store_err)?;
+    ensure(moved, || "the new holder could not finish".into())?;
+    done(
+        &claim(&*pair.a, &key, 1, "third", LONG).await?,
+        "first",
+        "a retry after the new holder finished",
+    )
+}
+
+/// A holder that died after `committing` hands its marker to the claim that
+/// takes the key over, with the first response; that claim finishes it.
+pub async fn idempotency_a_committing_holder_is_taken_over_with_its_marker(
+    pair: &IdempotencyPair,
+    prefix: &str,
+) -> Check {
+    let key = format!("{prefix}-k");
+    let old = owned(
+        claim(&*pair.a, &key, 1, "first", SHORT).await?,
+        "first claim",
+    )?;
+    let moved = pair.a.committing(&old, MARKER).await.map_err(store_err)?;
+    ensure(moved, || "the holder could not mark committing".into())?;
+    let wait = busy(
+        &claim(&*pair.b, &key, 1, "second", LONG).await?,
+        SHORT,
+        "a claim while the committing holder's lease runs",
+    )?;
+    tokio::time::sleep(wait + Duration::from_millis(150)).await;
+    let taken = claim(&*pair.b, &key, 1, "second", LONG).await?;
+    let Claim::TakenOver {
+        hold,
+        marker,
+        response,
+    } = taken
+    else {
+        return Err(format!(
+            "a claim after a committing holder's lease: expected TakenOver, got {taken:?}"
+        ));
+    };
+    ensure(
+        marker == MARKER && response == b"first" && hold.owner != old.owner,
+        || {
+            format!(
+                "TakenOver carries marker {marker:?} and response {:?}, not {MARKER:?} and \"first\" (or kept the old owner)",
+                String::from_utf8_lossy(&response)
+            )
+        },
+    )?;
+    let stale = pair.a.done(&old).await.map_err(store_err)?;
+    ensure(!stale, || "the taken-over holder marked done".into())?;
+    let moved = pair.b.done(&hold).await.map_err(store_err)?;
+    ensure(moved, || "the new holder could not mark done".into())?;
+    done(
+        &claim(&*pair.a, &key, 1, "third", LONG).await?,
+        "first",
+        "a retry after the takeover finished",
+    )
+}
+
+/// `release` ends the lease at once: a pending key is owned by the next
+/// claim, a committing one taken over with its marker, without waiting.
+pub async fn idempotency_release_lets_the_next_claim_take_over_at_once(
+    pair: &IdempotencyPair,
+    prefix: &str,
+) -> Check {
+    let key = format!("{prefix}-k");
+    let first = owned(
+        claim(&*pair.a, &key, 1, "first", LONG).await?,
+        "first claim",
+    )?;
+    pair.a.release(&first).await.map_err(store_err)?;
+    let second = owned(
+        claim(&*pair.b, &key, 1, "second", LONG).await?,
+        "a claim after a pending holder released",
+    )?;
+    let moved = pair
+        .b
+        .committing(&second, MARKER)
+        .await
+        .map_err(store_err)?;
+    ensure(moved, || {
+        "the second holder could not mark committing".into()
+    })?;
+    pair.b.release(&second).await.map_err(store_err)?;
+    let third = claim(&*pair.a, &key, 1, "third", LONG).await?;
+    ensure(
+        matches!(&third, Claim::TakenOver { marker, .. } if *marker == MARKER),
+        || format!("a claim after a committing holder released: {third:?}"),
+    )
+}
+
+/// A claim repeated by its owner (its answer was lost, the request retried
+/// within the attempt) is granted again, not `Busy` on itself.
+pub async fn idempotency_a_repeated_claim_of_the_same_owner_is_granted_again(
+    pair: &IdempotencyPair,
+    prefix: &str,
+) -> Check {
+    let key = format!("{prefix}-k");
+    let owner = next_owner();
+    let first = pair
+        .a
+        .claim(&key, &digest(1), owner, b"first", LONG)
+        .await
+        .map_err(store_err)?;
+    let again = pair
+        .b
+        .claim(&key, &digest(1), owner, b"first", LONG)
+        .await
+        .map_err(store_err)?;
+    let (first, again) = (
+        owned(first, "first claim")?,
+        owned(again, "the same owner again")?,
+    );
+    ensure(first == again, || format!("{first:?} then {again:?}"))?;
+    busy(
+        &claim(&*pair.b, &key, 1, "other", LONG).await?,
+        LONG,
+        "another owner's claim",
+    )
+    .map(|_| ())
+}
