@@ -63,6 +63,28 @@ async fn wait_all_counted(
     }
 }
 
+/// Requires the incremental tables, once the projectors have written the
+/// whole log, to equal a clean `rebuild` of it into a keyspace named after
+/// `clean`.
+async fn assert_equal_to_a_clean_rebuild(
+    topics: &Topics,
+    cql: &Cql,
+    ks: &Keyspace,
+    clean: &str,
+    dir: &std::path::Path,
+    started: Instant,
+) {
+    wait_caught_up(topics, cql, &ks.name).await;
+    let incremental = cql.snapshot(&ks.name).await;
+    let clean = Keyspace::migrate(clean);
+    rebuild_into(topics, &clean, dir);
+    assert_same_tables(&incremental, &cql.snapshot(&clean.name).await);
+    eprintln!(
+        "tables equal a clean rebuild; {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
+}
+
 /// Backfilled markets `{tag}{from}..{to}`, each its own token of TICKS
 /// ticks (backfill acknowledges every line it appends).
 fn backfill_batches(
@@ -139,14 +161,8 @@ async fn projectors_sigkilled_ten_times_mid_stream_lose_and_double_nothing() {
     // come after them, so the projectors stay up until those are written too.
     wait_caught_up(&topics, &cql, &ks.name).await;
     drop(running);
-    let incremental = cql.snapshot(&ks.name).await;
-    let clean = Keyspace::migrate("fault_projector_clean");
-    rebuild_into(&topics, &clean, &dir);
-    assert_same_tables(&incremental, &cql.snapshot(&clean.name).await);
-    eprintln!(
-        "tables equal a clean rebuild; {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    assert_equal_to_a_clean_rebuild(&topics, &cql, &ks, "fault_projector_clean", &dir, started)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -219,15 +235,7 @@ async fn the_broker_sigkilled_during_ingest_and_restarted_loses_no_acknowledged_
         acked.len()
     );
 
-    wait_caught_up(&topics, &cql, &ks.name).await;
-    let incremental = cql.snapshot(&ks.name).await;
-    let clean = Keyspace::migrate("fault_broker_clean");
-    rebuild_into(&topics, &clean, &dir);
-    assert_same_tables(&incremental, &cql.snapshot(&clean.name).await);
-    eprintln!(
-        "tables equal a clean rebuild; {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    assert_equal_to_a_clean_rebuild(&topics, &cql, &ks, "fault_broker_clean", &dir, started).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -273,15 +281,8 @@ async fn cassandra_sigkilled_during_projection_and_restarted_loses_no_event() {
     let counted = wait_all_counted(&cql, &ks.name, &acked, &acked).await;
     eprintln!("acknowledged {acknowledged}, counted {counted}");
 
-    wait_caught_up(&topics, &cql, &ks.name).await;
-    let incremental = cql.snapshot(&ks.name).await;
-    let clean = Keyspace::migrate("fault_cassandra_clean");
-    rebuild_into(&topics, &clean, &dir);
-    assert_same_tables(&incremental, &cql.snapshot(&clean.name).await);
-    eprintln!(
-        "tables equal a clean rebuild; {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    assert_equal_to_a_clean_rebuild(&topics, &cql, &ks, "fault_cassandra_clean", &dir, started)
+        .await;
 }
 
 /// What an ingest replica answered to a keyed POST.
@@ -462,13 +463,5 @@ async fn a_keyed_batch_whose_replica_dies_mid_append_lands_once_when_retried_on_
     let counted = wait_all_counted(&cql, &ks.name, &acked, &sent).await;
     let acknowledged: i64 = acked.values().sum();
     eprintln!("acknowledged {acknowledged}, counted {counted}: none lost, none twice");
-    wait_caught_up(&topics, &cql, &ks.name).await;
-    let incremental = cql.snapshot(&ks.name).await;
-    let clean = Keyspace::migrate("fault_keyed_clean");
-    rebuild_into(&topics, &clean, &dir);
-    assert_same_tables(&incremental, &cql.snapshot(&clean.name).await);
-    eprintln!(
-        "tables equal a clean rebuild; {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    assert_equal_to_a_clean_rebuild(&topics, &cql, &ks, "fault_keyed_clean", &dir, started).await;
 }

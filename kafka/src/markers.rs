@@ -60,8 +60,14 @@ pub(crate) fn landed(
     timeout: Duration,
 ) -> Result<bool> {
     let topic = config.markers_topic();
+    // librdkafka assigns partitions only to a consumer with a group; this
+    // one never joins it (no subscribe) and never commits.
     let reader: BaseConsumer = config
         .client()
+        .set(
+            "group.id",
+            format!("{}-ingest-markers", config.topic_prefix),
+        )
         .set("enable.auto.commit", "false")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")

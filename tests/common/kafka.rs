@@ -270,6 +270,8 @@ pub fn committed_ends(topics: &Topics) -> std::collections::BTreeMap<i32, i64> {
         let name = format!("{}.{kind}", topics.prefix);
         let reader: BaseConsumer = rdkafka::ClientConfig::new()
             .set("bootstrap.servers", &topics.brokers)
+            // Needed to assign partitions; never joined, never committed.
+            .set("group.id", format!("{}-ends", topics.prefix))
             .set("isolation.level", "read_committed")
             .set("enable.partition.eof", "true")
             .set("enable.auto.commit", "false")

@@ -78,6 +78,48 @@ fn done(claim: &Claim, response: &str, what: &str) -> Check {
     )
 }
 
+/// A claim of `key` on `store` while another holder's [`SHORT`] lease runs
+/// (`Busy`), then again once it ran out.
+async fn claim_after_the_lease(
+    store: &dyn IdempotencyStore,
+    key: &str,
+    what: &str,
+) -> Result<Claim, String> {
+    let wait = busy(&claim(store, key, 1, "second", LONG).await?, SHORT, what)?;
+    tokio::time::sleep(wait + Duration::from_millis(150)).await;
+    claim(store, key, 1, "second", LONG).await
+}
+
+/// The first claim of `key` (body 1, response "first"), which must be owned.
+async fn first_claim(
+    store: &dyn IdempotencyStore,
+    key: &str,
+    lease: Duration,
+) -> Result<Hold, String> {
+    owned(claim(store, key, 1, "first", lease).await?, "first claim")
+}
+
+/// `committing` by a holder that must still hold the key.
+async fn mark_committing(store: &dyn IdempotencyStore, hold: &Hold) -> Check {
+    let moved = store.committing(hold, MARKER).await.map_err(store_err)?;
+    ensure(moved, || {
+        format!("holder {:x} could not mark committing", hold.owner)
+    })
+}
+
+/// `done` by a holder that must still hold the key.
+async fn mark_done(store: &dyn IdempotencyStore, hold: &Hold) -> Check {
+    let moved = store.done(hold).await.map_err(store_err)?;
+    ensure(moved, || {
+        format!("holder {:x} could not mark done", hold.owner)
+    })
+}
+
+/// A retry of the first body is answered `Done` with the first response.
+async fn replays_the_first(store: &dyn IdempotencyStore, key: &str, what: &str) -> Check {
+    done(&claim(store, key, 1, "third", LONG).await?, "first", what)
+}
+
 /// Claims `key` eight times at once, half on each handle; returns every
 /// answer.
 async fn claim_concurrently(pair: &IdempotencyPair, key: &str) -> Result<Vec<Claim>, String> {
@@ -159,10 +201,7 @@ pub async fn idempotency_another_body_conflicts_in_every_state(
     prefix: &str,
 ) -> Check {
     let key = format!("{prefix}-k");
-    let hold = owned(
-        claim(&*pair.a, &key, 1, "first", LONG).await?,
-        "first claim",
-    )?;
+    let hold = first_claim(&*pair.a, &key, LONG).await?;
     let other = |state: &'static str| {
         let key = key.clone();
         async move {
@@ -173,18 +212,11 @@ pub async fn idempotency_another_body_conflicts_in_every_state(
         }
     };
     other("pending").await?;
-    let moved = pair.a.committing(&hold, MARKER).await.map_err(store_err)?;
-    ensure(moved, || "the holder could not mark committing".into())?;
+    mark_committing(&*pair.a, &hold).await?;
     other("committing").await?;
-    let moved = pair.a.done(&hold).await.map_err(store_err)?;
-    ensure(moved, || "the holder could not mark done".into())?;
+    mark_done(&*pair.a, &hold).await?;
     other("done").await?;
-    let retry = claim(&*pair.b, &key, 1, "second", LONG).await?;
-    done(
-        &retry,
-        "first",
-        "the first body's retry after the conflicts",
-    )
+    replays_the_first(&*pair.b, &key, "the first body's retry after the conflicts").await
 }
 
 /// While the holder's lease runs, a claim is `Busy`; after it, the key is
@@ -195,18 +227,9 @@ pub async fn idempotency_an_expired_lease_is_taken_over_and_the_old_holder_is_ig
     prefix: &str,
 ) -> Check {
     let key = format!("{prefix}-k");
-    let old = owned(
-        claim(&*pair.a, &key, 1, "first", SHORT).await?,
-        "first claim",
-    )?;
-    let wait = busy(
-        &claim(&*pair.b, &key, 1, "second", LONG).await?,
-        SHORT,
-        "a claim during the lease",
-    )?;
-    tokio::time::sleep(wait + Duration::from_millis(150)).await;
+    let old = first_claim(&*pair.a, &key, SHORT).await?;
     let new = owned(
-        claim(&*pair.b, &key, 1, "second", LONG).await?,
+        claim_after_the_lease(&*pair.b, &key, "a claim during the lease").await?,
         "a claim after the lease of a pending holder",
     )?;
     ensure(new.owner != old.owner, || {
@@ -225,14 +248,9 @@ pub async fn idempotency_an_expired_lease_is_taken_over_and_the_old_holder_is_ig
         LONG,
         "a claim after the old holder's release (the new holder's lease runs)",
     )?;
-    let moved = pair.b.committing(&new, MARKER).await.map_err(store_err)?
-        && pair.b.done(&new).await.map_err(store_err)?;
-    ensure(moved, || "the new holder could not finish".into())?;
-    done(
-        &claim(&*pair.a, &key, 1, "third", LONG).await?,
-        "first",
-        "a retry after the new holder finished",
-    )
+    mark_committing(&*pair.b, &new).await?;
+    mark_done(&*pair.b, &new).await?;
+    replays_the_first(&*pair.a, &key, "a retry after the new holder finished").await
 }
 
 /// A holder that died after `committing` hands its marker to the claim that
@@ -242,19 +260,14 @@ pub async fn idempotency_a_committing_holder_is_taken_over_with_its_marker(
     prefix: &str,
 ) -> Check {
     let key = format!("{prefix}-k");
-    let old = owned(
-        claim(&*pair.a, &key, 1, "first", SHORT).await?,
-        "first claim",
-    )?;
-    let moved = pair.a.committing(&old, MARKER).await.map_err(store_err)?;
-    ensure(moved, || "the holder could not mark committing".into())?;
-    let wait = busy(
-        &claim(&*pair.b, &key, 1, "second", LONG).await?,
-        SHORT,
+    let old = first_claim(&*pair.a, &key, SHORT).await?;
+    mark_committing(&*pair.a, &old).await?;
+    let taken = claim_after_the_lease(
+        &*pair.b,
+        &key,
         "a claim while the committing holder's lease runs",
-    )?;
-    tokio::time::sleep(wait + Duration::from_millis(150)).await;
-    let taken = claim(&*pair.b, &key, 1, "second", LONG).await?;
+    )
+    .await?;
     let Claim::TakenOver {
         hold,
         marker,
@@ -276,13 +289,8 @@ pub async fn idempotency_a_committing_holder_is_taken_over_with_its_marker(
     )?;
     let stale = pair.a.done(&old).await.map_err(store_err)?;
     ensure(!stale, || "the taken-over holder marked done".into())?;
-    let moved = pair.b.done(&hold).await.map_err(store_err)?;
-    ensure(moved, || "the new holder could not mark done".into())?;
-    done(
-        &claim(&*pair.a, &key, 1, "third", LONG).await?,
-        "first",
-        "a retry after the takeover finished",
-    )
+    mark_done(&*pair.b, &hold).await?;
+    replays_the_first(&*pair.a, &key, "a retry after the takeover finished").await
 }
 
 /// `release` ends the lease at once: a pending key is owned by the next
@@ -292,23 +300,13 @@ pub async fn idempotency_release_lets_the_next_claim_take_over_at_once(
     prefix: &str,
 ) -> Check {
     let key = format!("{prefix}-k");
-    let first = owned(
-        claim(&*pair.a, &key, 1, "first", LONG).await?,
-        "first claim",
-    )?;
+    let first = first_claim(&*pair.a, &key, LONG).await?;
     pair.a.release(&first).await.map_err(store_err)?;
     let second = owned(
         claim(&*pair.b, &key, 1, "second", LONG).await?,
         "a claim after a pending holder released",
     )?;
-    let moved = pair
-        .b
-        .committing(&second, MARKER)
-        .await
-        .map_err(store_err)?;
-    ensure(moved, || {
-        "the second holder could not mark committing".into()
-    })?;
+    mark_committing(&*pair.b, &second).await?;
     pair.b.release(&second).await.map_err(store_err)?;
     let third = claim(&*pair.a, &key, 1, "third", LONG).await?;
     ensure(
