@@ -32,7 +32,7 @@ pub use auth::{ApiKeyRecord, AuthStore};
 pub use error::{Error, ErrorKind, Result};
 pub use log::{
     AppendBatch, AppendOutcome, Claim, ConsumerSource, Delivered, EventLog, Hold, Idempotency,
-    IdempotencyStore, LogConsumer, Position,
+    IdempotencyStore, LogConsumer, Marker, Position,
 };
 pub use store::{
     BookPoint, CatalogCursor, MetricsPoint, PricePoint, ProjectionStore, ProjectionWrite, Range,

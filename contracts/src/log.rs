@@ -122,6 +122,17 @@ pub struct Hold {
     pub expires_at: i64,
 }
 
+/// Where an attempt at a keyed batch left its mark in the log, recorded at
+/// `committing`: the position of its marker record, which a committed read
+/// returns once the attempt's batch is visible, and the log's id of the
+/// writer that appended it, which a later attempt fences before reading the
+/// marker (Kafka: the producer's `transactional.id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    pub position: Position,
+    pub writer: String,
+}
+
 /// What [`IdempotencyStore::claim`] answered.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Claim {
@@ -129,12 +140,13 @@ pub enum Claim {
     /// `committing`, and any earlier holder's lease ran out. Append.
     Owned(Hold),
     /// This attempt took the key over from one whose lease ran out after it
-    /// marked `committing` at `marker`: whether that attempt's batch is in
-    /// the log is the log's to say (the marker record is visible to
-    /// committed reads or it is not). If it is, the answer is `response`.
+    /// marked `committing` with `marker`: whether that attempt's batch is in
+    /// the log is the log's to say (once its writer is fenced, the marker
+    /// record is visible to committed reads or it never will be). If it is,
+    /// the answer is `response`.
     TakenOver {
         hold: Hold,
-        marker: Position,
+        marker: Marker,
         response: Vec<u8>,
     },
     /// The key's batch is in the log: replay its first response.
@@ -159,8 +171,8 @@ pub enum Claim {
 /// - **The body decides**: a key is remembered for 24 h from its first
 ///   claim; within them a claim with another digest is `Conflict` whatever
 ///   the key's state, and nothing changes.
-/// - **States**: claimed (pending) → `committing` (with the log position of
-///   the attempt's marker) → `done`. A claim with the same digest answers
+/// - **States**: claimed (pending) → `committing` (with the attempt's
+///   [`Marker`]) → `done`. A claim with the same digest answers
 ///   `Done` (with the first claim's response) once done; `Busy` while the
 ///   holder's lease runs; after the lease, takes the key over: `Owned` if
 ///   the holder had not reached `committing`, else `TakenOver` with its
@@ -188,8 +200,8 @@ pub trait IdempotencyStore: Send + Sync {
     ) -> Result<Claim>;
 
     /// Records that the holder's batch is in the log, not yet visible, with
-    /// its marker at `marker`. False when `hold` no longer holds the key.
-    async fn committing(&self, hold: &Hold, marker: Position) -> Result<bool>;
+    /// its `marker`. False when `hold` no longer holds the key.
+    async fn committing(&self, hold: &Hold, marker: &Marker) -> Result<bool>;
 
     /// Records that the holder's batch is visible in the log. False when
     /// `hold` no longer holds the key.

@@ -5,38 +5,48 @@
 //! - the [`IdempotencyStore`] (CQL lightweight transactions across
 //!   replicas) says who holds a key, for which body digest, and how far its
 //!   attempt got;
-//! - a Kafka transaction under a `transactional.id` derived from the key
-//!   makes the batch visible all at once or never, and a new attempt's
-//!   `init_transactions` fences every earlier one: its open transaction is
-//!   aborted, or its commit completed if it had already asked for one.
+//! - a Kafka transaction makes the batch visible all at once or never, and
+//!   `init_transactions` under a producer's `transactional.id` fences that
+//!   producer: its open transaction is aborted, or its commit completed if
+//!   it had already asked for one.
 //!
-//! An attempt: **claim** the key → `init_transactions`, send every record
-//! and a marker record in one transaction and wait until all are confirmed
-//! (**flush**) → **committing**(marker position) → `commit_transaction` →
-//! **done**. Only the holder of the key can mark `committing`, and a
-//! transaction commits only after that; a takeover (after the holder's
-//! lease) fences the holder before it appends; and a retry that finds a
-//! dead attempt `committing` reads that attempt's marker with
-//! `read_committed` — Kafka's own verdict — instead of guessing. So two
-//! attempts never both commit, and an attempt that committed is never
-//! repeated.
+//! An attempt: **claim** the key → begin a transaction on one of this
+//! process's transactional producers, send every record and a marker record
+//! and wait until all are confirmed (**flush**) → **committing** (the
+//! marker's position and the producer's `transactional.id`) →
+//! `commit_transaction` → **done**. Only the holder of the key can mark
+//! `committing`, and a transaction commits only after that; so an attempt
+//! taken over before `committing` never commits (its transaction is aborted
+//! by itself, or by the coordinator after `transaction.timeout.ms`, shorter
+//! than the lease). An attempt taken over after `committing` may have
+//! committed or may still: the new holder fences its producer and then
+//! reads its marker with `read_committed` — Kafka's own verdict — instead of
+//! guessing. So two attempts never both commit, and an attempt that
+//! committed is never repeated.
 //!
-//! Every failure after the claim aborts the transaction and releases the
-//! key, so the client's retry need not wait out the lease. The lease is
-//! three delivery timeouts (an attempt's init, flush and commit each take at
-//! most one), the transaction timeout two: a hung attempt's transaction is
-//! aborted by the coordinator about when its lease ends.
+//! Producers are pooled ([`TxnPool`]): creating one and its
+//! `init_transactions` cost 50–500 ms, a transaction on a live one a few
+//! milliseconds. Each serves one append at a time, under an id unique to
+//! this process (`{prefix}-ingest-{random}-{n}`); one that failed is
+//! discarded, its transaction aborted.
+//!
+//! Every failure after the claim releases the key, so the client's retry
+//! need not wait out the lease. The lease is three delivery timeouts (an
+//! attempt's flush and commit each take at most one), the transaction
+//! timeout two.
 
-use crate::markers::{self, Marker};
+use crate::markers::{self, MarkerRecord};
 use crate::producer::KafkaLog;
 use hindsight_contracts::{
-    AppendOutcome, Claim, Error, Hold, Idempotency, IdempotencyStore, Position, Result,
+    AppendOutcome, Claim, Error, Hold, Idempotency, IdempotencyStore, Marker, Result,
 };
 use hindsight_schemas::Event;
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, Producer};
-use std::sync::{Arc, OnceLock};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// **Test only.** Names a point of the keyed append at which the process
 /// aborts (as if SIGKILLed there): `after-claim`, `after-flush`,
@@ -53,6 +63,10 @@ fn crash_point(point: &str) {
     }
 }
 
+/// Most transactional producers one process keeps: keyed appends in flight
+/// at once (more wait for one, up to a delivery timeout).
+const POOL_SIZE: usize = 16;
+
 fn fail(what: &str, e: KafkaError) -> Error {
     Error::unavailable("kafka", format!("{what}: {e}"))
 }
@@ -63,37 +77,32 @@ async fn blocking<R: Send + 'static>(f: impl FnOnce() -> Result<R> + Send + 'sta
         .map_err(|e| Error::backend("kafka", format!("blocking task failed: {e}")))?
 }
 
-/// A producer under a key's transactional id, initialized: every earlier
+/// A producer under a `transactional.id`, initialized: every earlier
 /// producer with that id is fenced, its transaction completed or aborted.
 struct Txn {
     producer: Arc<FutureProducer>,
+    id: String,
     timeout: Duration,
 }
 
 impl Txn {
-    async fn init(log: &KafkaLog, key: &str) -> Result<Txn> {
+    async fn init(log: &KafkaLog, id: String) -> Result<Txn> {
         let mut settings = KafkaLog::producer_settings(&log.config, log.delivery_timeout);
-        settings
-            .set(
-                "transactional.id",
-                markers::transactional_id(&log.config, key),
-            )
-            .set(
-                "transaction.timeout.ms",
-                (2 * log.delivery_timeout).as_millis().to_string(),
-            );
+        settings.set("transactional.id", &id).set(
+            "transaction.timeout.ms",
+            (2 * log.delivery_timeout).as_millis().to_string(),
+        );
         let producer: FutureProducer = settings
             .create()
             .map_err(|e| fail("transactional producer", e))?;
-        let producer = Arc::new(producer);
-        let timeout = log.delivery_timeout;
-        let p = producer.clone();
-        blocking(move || {
-            p.init_transactions(timeout)
-                .map_err(|e| fail("init_transactions", e))
-        })
-        .await?;
-        Ok(Txn { producer, timeout })
+        let txn = Txn {
+            producer: Arc::new(producer),
+            id,
+            timeout: log.delivery_timeout,
+        };
+        txn.run("init_transactions", |p, t| p.init_transactions(t))
+            .await?;
+        Ok(txn)
     }
 
     async fn run(
@@ -104,6 +113,17 @@ impl Txn {
         let (p, timeout) = (self.producer.clone(), self.timeout);
         blocking(move || op(&p, timeout).map_err(|e| fail(what, e))).await
     }
+
+    /// Gives the producer up after a failure: its open transaction, if any,
+    /// is aborted in the background.
+    fn discard(self) {
+        let (producer, timeout) = (self.producer.clone(), self.timeout);
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn_blocking(move || {
+                let _ = producer.abort_transaction(timeout);
+            });
+        }
+    }
 }
 
 impl Drop for Txn {
@@ -112,6 +132,100 @@ impl Drop for Txn {
         let producer = self.producer.clone();
         if let Ok(runtime) = tokio::runtime::Handle::try_current() {
             runtime.spawn_blocking(move || drop(producer));
+        }
+    }
+}
+
+/// This process's transactional producers, each lent to one keyed append at
+/// a time and kept for the next.
+pub(crate) struct TxnPool {
+    idle: Mutex<Vec<Txn>>,
+    slots: Arc<Semaphore>,
+    /// `{prefix}-ingest-{random}-`: no other process shares an id, so only
+    /// a takeover of one of its attempts ever fences one of its producers.
+    id_prefix: String,
+    next: AtomicU64,
+}
+
+impl TxnPool {
+    pub(crate) fn new(topic_prefix: &str) -> Result<TxnPool> {
+        let mut random = [0u8; 8];
+        getrandom::fill(&mut random)
+            .map_err(|e| Error::backend("kafka", format!("no random producer ids: {e}")))?;
+        let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(TxnPool {
+            idle: Mutex::new(Vec::new()),
+            slots: Arc::new(Semaphore::new(POOL_SIZE)),
+            id_prefix: format!("{topic_prefix}-ingest-{hex}-"),
+            next: AtomicU64::new(0),
+        })
+    }
+
+    /// A producer with a transaction begun: an idle one, or a new one.
+    async fn lend(&self, log: &KafkaLog) -> Result<Lent<'_>> {
+        let permit = tokio::time::timeout(log.delivery_timeout, self.slots.clone().acquire_owned())
+            .await
+            .map_err(|_| {
+                Error::unavailable(
+                    "kafka",
+                    format!("all {POOL_SIZE} transactional producers stayed busy"),
+                )
+            })?
+            .map_err(|e| Error::backend("kafka", e.to_string()))?;
+        let idle = self.idle.lock().unwrap().pop();
+        let txn = match idle {
+            Some(txn) => match txn.producer.begin_transaction() {
+                Ok(()) => txn,
+                // Fenced or failed while idle: a new one instead.
+                Err(_) => {
+                    txn.discard();
+                    self.begun(log).await?
+                }
+            },
+            None => self.begun(log).await?,
+        };
+        Ok(Lent {
+            txn: Some(txn),
+            pool: self,
+            _permit: permit,
+        })
+    }
+
+    async fn begun(&self, log: &KafkaLog) -> Result<Txn> {
+        let n = self.next.fetch_add(1, Ordering::Relaxed);
+        let txn = Txn::init(log, format!("{}{n}", self.id_prefix)).await?;
+        txn.producer
+            .begin_transaction()
+            .map_err(|e| fail("begin_transaction", e))?;
+        Ok(txn)
+    }
+}
+
+/// A producer lent to one append: back to the pool after a clean end
+/// ([`Lent::give_back`]), else discarded (also when the append's future is
+/// dropped mid-way, as when its client goes away).
+struct Lent<'a> {
+    txn: Option<Txn>,
+    pool: &'a TxnPool,
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Lent<'_> {
+    fn txn(&self) -> &Txn {
+        self.txn.as_ref().expect("a lent producer until given back")
+    }
+
+    fn give_back(mut self) {
+        if let Some(txn) = self.txn.take() {
+            self.pool.idle.lock().unwrap().push(txn);
+        }
+    }
+}
+
+impl Drop for Lent<'_> {
+    fn drop(&mut self) {
+        if let Some(txn) = self.txn.take() {
+            txn.discard();
         }
     }
 }
@@ -175,32 +289,25 @@ impl KafkaLog {
         &self,
         store: &dyn IdempotencyStore,
         hold: &Hold,
-        dead: Option<(Position, Vec<u8>)>,
+        dead: Option<(Marker, Vec<u8>)>,
         events: &[Event],
         idem: &Idempotency,
         owner: u128,
     ) -> Result<AppendOutcome> {
-        // Fences every earlier attempt at this key first.
-        let txn = Txn::init(self, &idem.key).await?;
         if let Some((marker, response)) = dead {
-            if self.landed(marker, &idem.key).await? {
+            if self.landed(&marker, &idem.key).await? {
                 if !store.done(hold).await? {
                     tracing::warn!(key = %idem.key, "idempotency key taken over while resolving a committed attempt");
                 }
                 return Ok(AppendOutcome::Duplicate { response });
             }
         }
-        txn.run("begin_transaction", |p, _| p.begin_transaction())
+        let lent = self.txns.lend(self).await?;
+        let outcome = self
+            .transact(store, hold, lent.txn(), events, idem, owner)
             .await?;
-        let transacted = self.transact(store, hold, &txn, events, idem, owner).await;
-        if transacted.is_err() {
-            // Best effort: a transaction left open is aborted by the next
-            // attempt's fencing or the transaction timeout anyway.
-            let _ = txn
-                .run("abort_transaction", |p, t| p.abort_transaction(t))
-                .await;
-        }
-        transacted
+        lent.give_back();
+        Ok(outcome)
     }
 
     async fn transact(
@@ -212,17 +319,21 @@ impl KafkaLog {
         idem: &Idempotency,
         owner: u128,
     ) -> Result<AppendOutcome> {
-        let marker = Marker {
+        let record = MarkerRecord {
             key: idem.key.clone(),
             body_sha256: idem.body_sha256,
             owner,
         };
-        let at = self
-            .send(&txn.producer, events, Some(&marker))
+        let position = self
+            .send(&txn.producer, events, Some(&record))
             .await?
             .ok_or_else(|| Error::backend("kafka", "the marker record was not confirmed"))?;
         crash_point("after-flush");
-        if !store.committing(hold, at).await? {
+        let marker = Marker {
+            position,
+            writer: txn.id.clone(),
+        };
+        if !store.committing(hold, &marker).await? {
             return Err(Error::unavailable(
                 "kafka",
                 format!(
@@ -251,13 +362,13 @@ impl KafkaLog {
         })
     }
 
-    /// Whether a dead attempt's marker is committed (see [`markers::landed`]).
-    async fn landed(&self, marker: Position, key: &str) -> Result<bool> {
-        let (config, key, timeout) = (
-            self.config.clone(),
-            key.to_string(),
-            2 * self.delivery_timeout,
-        );
-        blocking(move || markers::landed(&config, marker, &key, timeout)).await
+    /// Whether a dead attempt's batch is in the log: fences its producer
+    /// (its transaction is then committed or aborted for good), then reads
+    /// its marker (see [`markers::landed`]).
+    async fn landed(&self, marker: &Marker, key: &str) -> Result<bool> {
+        drop(Txn::init(self, marker.writer.clone()).await?);
+        let (config, key, at) = (self.config.clone(), key.to_string(), marker.position);
+        let timeout = 2 * self.delivery_timeout;
+        blocking(move || markers::landed(&config, at, &key, timeout)).await
     }
 }

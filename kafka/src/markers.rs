@@ -6,7 +6,8 @@
 //! identifies the attempt: once the transaction is committed a
 //! `read_committed` reader returns the marker, once it is aborted the
 //! reader skips it. So a retry that finds a dead attempt `committing` asks
-//! the log itself whether that attempt's batch landed.
+//! the log itself whether that attempt's batch landed (after fencing the
+//! attempt's producer, so that the answer cannot change).
 
 use crate::topics::KafkaConfig;
 use hindsight_contracts::{Error, Position, Result};
@@ -14,17 +15,16 @@ use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::Message;
 use rdkafka::{Offset, TopicPartitionList};
-use sha2::{Digest, Sha256};
 use std::time::{Duration, Instant};
 
 /// One attempt's marker record.
-pub(crate) struct Marker {
+pub(crate) struct MarkerRecord {
     pub key: String,
     pub body_sha256: [u8; 32],
     pub owner: u128,
 }
 
-impl Marker {
+impl MarkerRecord {
     /// The record's value: the body digest, then the owner id.
     pub fn payload(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(48);
@@ -34,23 +34,15 @@ impl Marker {
     }
 }
 
-/// The `transactional.id` of every attempt at `key`, on any ingest process:
-/// `{prefix}-ingest-` and 32 hex digits of the key's SHA-256. The same id is
-/// what makes a new attempt fence the previous one.
-pub(crate) fn transactional_id(config: &KafkaConfig, key: &str) -> String {
-    let digest = Sha256::digest(key.as_bytes());
-    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
-    format!("{}-ingest-{hex}", config.topic_prefix)
-}
-
 fn fail(e: impl std::fmt::Display) -> Error {
     Error::unavailable("kafka", e.to_string())
 }
 
 /// Whether the marker at `at` (of an attempt at `key`) is committed: true
 /// when a `read_committed` reader returns it, false when the reader moves
-/// past it. Call after `init_transactions` on the key's transactional id,
-/// which completes or aborts the attempt's transaction. Blocking; fails
+/// past it. Call after fencing the attempt's producer (`init_transactions`
+/// under its transactional id), which completes or aborts its transaction.
+/// Blocking; fails
 /// (`Unavailable`) when it cannot tell within `timeout` (another open
 /// transaction holds the partition's stable offset back).
 pub(crate) fn landed(

@@ -11,7 +11,8 @@
 //! idempotent producer (the fast path). A batch with a key is a Kafka
 //! transaction under a claim on the key: see [`crate::keyed`].
 
-use crate::markers::Marker;
+use crate::keyed::TxnPool;
+use crate::markers::MarkerRecord;
 use crate::topics::KafkaConfig;
 use async_trait::async_trait;
 use hindsight_contracts::{
@@ -37,6 +38,8 @@ pub struct KafkaLog {
     budget: Arc<Semaphore>,
     /// Claims of idempotency keys; keyed batches are refused without one.
     pub(crate) idempotency: Option<Arc<dyn IdempotencyStore>>,
+    /// The transactional producers of keyed batches.
+    pub(crate) txns: TxnPool,
 }
 
 impl KafkaLog {
@@ -56,6 +59,7 @@ impl KafkaLog {
         Ok(KafkaLog {
             producer,
             delivery_timeout,
+            txns: TxnPool::new(&config.topic_prefix)?,
             config,
             budget,
             idempotency,
@@ -120,7 +124,7 @@ impl KafkaLog {
         &self,
         producer: &FutureProducer,
         events: &[Event],
-        marker: Option<&Marker>,
+        marker: Option<&MarkerRecord>,
     ) -> Result<Option<Position>> {
         let n = events.len().min(self.config.max_in_flight) as u32;
         let permits = match tokio::time::timeout(

@@ -22,7 +22,7 @@
 
 use crate::store::{corrupt, ts, ScyllaStore};
 use async_trait::async_trait;
-use hindsight_contracts::{Claim, Hold, IdempotencyStore, Position, Result};
+use hindsight_contracts::{Claim, Hold, IdempotencyStore, Marker, Position, Result};
 use hindsight_schemas::Timestamp;
 use scylla::response::query_result::QueryResult;
 use scylla::value::{CqlValue, Row};
@@ -85,14 +85,18 @@ impl Lwt {
         }
     }
 
-    fn marker(&self) -> Option<Position> {
+    fn marker(&self) -> Option<Marker> {
         match (
             self.columns.get("marker_partition")?,
             self.columns.get("marker_offset")?,
+            self.text("marker_writer")?,
         ) {
-            (CqlValue::Int(p), CqlValue::BigInt(o)) => Some(Position {
-                partition: *p as u32,
-                offset: *o as u64,
+            (CqlValue::Int(p), CqlValue::BigInt(o), writer) => Some(Marker {
+                position: Position {
+                    partition: *p as u32,
+                    offset: *o as u64,
+                },
+                writer: writer.to_string(),
             }),
             _ => None,
         }
@@ -244,12 +248,13 @@ impl IdempotencyStore for ScyllaStore {
         Ok(EXPIRING)
     }
 
-    async fn committing(&self, hold: &Hold, marker: Position) -> Result<bool> {
+    async fn committing(&self, hold: &Hold, marker: &Marker) -> Result<bool> {
         self.holder_update("idempotency_committing", "committing_key", hold, |ttl| {
             vec![
                 CqlValue::Int(ttl),
-                CqlValue::Int(marker.partition as i32),
-                CqlValue::BigInt(marker.offset as i64),
+                CqlValue::Int(marker.position.partition as i32),
+                CqlValue::BigInt(marker.position.offset as i64),
+                CqlValue::Text(marker.writer.clone()),
             ]
         })
         .await

@@ -225,8 +225,8 @@ pub fn all(ks: &str) -> Vec<Stmt> {
     ));
     out.push(stmt(
         "committing_key",
-        format!("UPDATE {keys} USING TTL ? SET state = 'committing', marker_partition = ?, marker_offset = ? WHERE key = ? IF owner = ?"),
-        &["int", "int", "bigint", "text", "blob"],
+        format!("UPDATE {keys} USING TTL ? SET state = 'committing', marker_partition = ?, marker_offset = ?, marker_writer = ? WHERE key = ? IF owner = ?"),
+        &["int", "int", "bigint", "text", "text", "blob"],
     ));
     out.push(stmt(
         "done_key",

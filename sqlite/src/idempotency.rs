@@ -11,7 +11,7 @@ use crate::db::{blocking, open, Durability};
 use crate::log::IDEMPOTENCY_TTL_MS;
 use crate::{CResult, Error, Result};
 use async_trait::async_trait;
-use hindsight_contracts::{Claim, Hold, IdempotencyStore, Position};
+use hindsight_contracts::{Claim, Hold, IdempotencyStore, Marker, Position};
 use hindsight_schemas::Timestamp;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::path::Path;
@@ -28,8 +28,10 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
     lease_until      INTEGER NOT NULL,
     -- 'pending' | 'committing' | 'done'
     state            TEXT NOT NULL,
+    -- the attempt's marker (set at 'committing'): where, and whose
     marker_partition INTEGER,
     marker_offset    INTEGER,
+    marker_writer    TEXT,
     response         BLOB NOT NULL,
     created_at       INTEGER NOT NULL
 );
@@ -40,8 +42,8 @@ CREATE TABLE IF NOT EXISTS idempotency_keys (
 /// digest, so their retries keep being answered for the rest of their 24 h.
 const UPGRADE: &str = "
 INSERT OR IGNORE INTO idempotency_keys
-    (key, body_sha256, owner, lease_until, state, marker_partition, marker_offset, response, created_at)
-    SELECT key, NULL, zeroblob(16), 0, 'done', NULL, NULL, response, created_at FROM idempotency;
+    (key, body_sha256, owner, lease_until, state, response, created_at)
+    SELECT key, NULL, zeroblob(16), 0, 'done', response, created_at FROM idempotency;
 DROP TABLE idempotency;
 ";
 
@@ -93,7 +95,7 @@ struct Row {
     owner: Vec<u8>,
     lease_until: i64,
     state: String,
-    marker: Option<(i64, i64)>,
+    marker: Option<Marker>,
     response: Vec<u8>,
     created_at: i64,
 }
@@ -101,12 +103,19 @@ struct Row {
 fn read(conn: &Connection, key: &str) -> Result<Option<Row>> {
     Ok(conn
         .query_row(
-            "SELECT body_sha256, owner, lease_until, state, marker_partition, marker_offset, response, created_at
+            "SELECT body_sha256, owner, lease_until, state, marker_partition, marker_offset, marker_writer,
+                    response, created_at
              FROM idempotency_keys WHERE key = ?1",
             params![key],
             |r| {
-                let marker = match (r.get::<_, Option<i64>>(4)?, r.get::<_, Option<i64>>(5)?) {
-                    (Some(p), Some(o)) => Some((p, o)),
+                let marker = match (r.get::<_, Option<i64>>(4)?, r.get::<_, Option<i64>>(5)?, r.get(6)?) {
+                    (Some(p), Some(o), Some(writer)) => Some(Marker {
+                        position: Position {
+                            partition: p as u32,
+                            offset: o as u64,
+                        },
+                        writer,
+                    }),
                     _ => None,
                 };
                 Ok(Row {
@@ -115,8 +124,8 @@ fn read(conn: &Connection, key: &str) -> Result<Option<Row>> {
                     lease_until: r.get(2)?,
                     state: r.get(3)?,
                     marker,
-                    response: r.get(6)?,
-                    created_at: r.get(7)?,
+                    response: r.get(7)?,
+                    created_at: r.get(8)?,
                 })
             },
         )
@@ -155,8 +164,8 @@ impl IdempotencyStore for IdempotencyFile {
                 None => {
                     tx.execute(
                         "INSERT OR REPLACE INTO idempotency_keys
-                         (key, body_sha256, owner, lease_until, state, marker_partition, marker_offset, response, created_at)
-                         VALUES (?1, ?2, ?3, ?4, 'pending', NULL, NULL, ?5, ?6)",
+                         (key, body_sha256, owner, lease_until, state, response, created_at)
+                         VALUES (?1, ?2, ?3, ?4, 'pending', ?5, ?6)",
                         params![key, digest, me, now + lease_ms, response, now],
                     )?;
                     Claim::Owned(Hold {
@@ -187,12 +196,9 @@ impl IdempotencyStore for IdempotencyFile {
                             params![key, me, now + lease_ms],
                         )?;
                         match (row.state.as_str(), row.marker) {
-                            ("committing", Some((partition, offset))) => Claim::TakenOver {
+                            ("committing", Some(marker)) => Claim::TakenOver {
                                 hold,
-                                marker: Position {
-                                    partition: partition as u32,
-                                    offset: offset as u64,
-                                },
+                                marker,
                                 response: row.response,
                             },
                             ("pending", _) => Claim::Owned(hold),
@@ -211,13 +217,20 @@ impl IdempotencyStore for IdempotencyFile {
         .await
     }
 
-    async fn committing(&self, hold: &Hold, marker: Position) -> CResult<bool> {
-        let (key, me) = (hold.key.clone(), hold.owner.to_be_bytes());
+    async fn committing(&self, hold: &Hold, marker: &Marker) -> CResult<bool> {
+        let (key, me, marker) = (hold.key.clone(), hold.owner.to_be_bytes(), marker.clone());
         self.with(move |conn| {
             Ok(conn.execute(
-                "UPDATE idempotency_keys SET state = 'committing', marker_partition = ?3, marker_offset = ?4
+                "UPDATE idempotency_keys
+                 SET state = 'committing', marker_partition = ?3, marker_offset = ?4, marker_writer = ?5
                  WHERE key = ?1 AND owner = ?2",
-                params![key, me, marker.partition, marker.offset as i64],
+                params![
+                    key,
+                    me,
+                    marker.position.partition,
+                    marker.position.offset as i64,
+                    marker.writer
+                ],
             )? == 1)
         })
         .await

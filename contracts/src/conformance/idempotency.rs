@@ -5,7 +5,7 @@
 //! are short where a check needs one to run out.
 
 use super::{ensure, store_err, Check, IdempotencyPair};
-use crate::{Claim, Hold, IdempotencyStore, Position};
+use crate::{Claim, Hold, IdempotencyStore, Marker, Position};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,10 +18,16 @@ fn digest(n: u8) -> [u8; 32] {
     [n; 32]
 }
 
-const MARKER: Position = Position {
-    partition: 2,
-    offset: 41,
-};
+/// The marker of a committing attempt.
+fn the_marker() -> Marker {
+    Marker {
+        position: Position {
+            partition: 2,
+            offset: 41,
+        },
+        writer: "writer-of-the-first-attempt".into(),
+    }
+}
 
 /// A new owner id for every attempt of a check (process-wide: checks run
 /// in parallel, and an id is never reused).
@@ -101,7 +107,10 @@ async fn first_claim(
 
 /// `committing` by a holder that must still hold the key.
 async fn mark_committing(store: &dyn IdempotencyStore, hold: &Hold) -> Check {
-    let moved = store.committing(hold, MARKER).await.map_err(store_err)?;
+    let moved = store
+        .committing(hold, &the_marker())
+        .await
+        .map_err(store_err)?;
     ensure(moved, || {
         format!("holder {:x} could not mark committing", hold.owner)
     })
@@ -235,7 +244,11 @@ pub async fn idempotency_an_expired_lease_is_taken_over_and_the_old_holder_is_ig
     ensure(new.owner != old.owner, || {
         "the takeover kept the old owner".into()
     })?;
-    let stale_committing = pair.a.committing(&old, MARKER).await.map_err(store_err)?;
+    let stale_committing = pair
+        .a
+        .committing(&old, &the_marker())
+        .await
+        .map_err(store_err)?;
     let stale_done = pair.a.done(&old).await.map_err(store_err)?;
     ensure(!stale_committing && !stale_done, || {
         format!(
@@ -279,11 +292,12 @@ pub async fn idempotency_a_committing_holder_is_taken_over_with_its_marker(
         ));
     };
     ensure(
-        marker == MARKER && response == b"first" && hold.owner != old.owner,
+        marker == the_marker() && response == b"first" && hold.owner != old.owner,
         || {
             format!(
-                "TakenOver carries marker {marker:?} and response {:?}, not {MARKER:?} and \"first\" (or kept the old owner)",
-                String::from_utf8_lossy(&response)
+                "TakenOver carries marker {marker:?} and response {:?}, not {:?} and \"first\" (or kept the old owner)",
+                String::from_utf8_lossy(&response),
+                the_marker()
             )
         },
     )?;
@@ -310,7 +324,7 @@ pub async fn idempotency_release_lets_the_next_claim_take_over_at_once(
     pair.b.release(&second).await.map_err(store_err)?;
     let third = claim(&*pair.a, &key, 1, "third", LONG).await?;
     ensure(
-        matches!(&third, Claim::TakenOver { marker, .. } if *marker == MARKER),
+        matches!(&third, Claim::TakenOver { marker, .. } if *marker == the_marker()),
         || format!("a claim after a committing holder released: {third:?}"),
     )
 }
