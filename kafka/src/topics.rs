@@ -238,7 +238,7 @@ pub fn verify_markers(config: &KafkaConfig, timeout: Duration) -> Result<()> {
     let described = block_on(describe(&admin(config)?, &name, timeout))?;
     let value = |key: &str| described.get(key).and_then(|e| e.value.clone());
     let retention = value("retention.ms").and_then(|v| v.trim().parse::<i64>().ok());
-    let keeps = retention.is_some_and(|ms| ms < 0 || ms >= MARKERS_MIN_RETENTION_MS);
+    let keeps = retention.is_some_and(|ms| !(0..MARKERS_MIN_RETENTION_MS).contains(&ms));
     let deletes =
         value("cleanup.policy").is_some_and(|p| p.split(',').all(|p| p.trim() == "delete"));
     if keeps && deletes {

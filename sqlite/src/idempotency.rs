@@ -147,7 +147,7 @@ impl IdempotencyStore for IdempotencyFile {
         lease: Duration,
     ) -> CResult<Claim> {
         let (key, digest, response) = (key.to_string(), *body_sha256, response.to_vec());
-        let sweep = self.claims.fetch_add(1, Ordering::Relaxed) % 64 == 0;
+        let sweep = self.claims.fetch_add(1, Ordering::Relaxed) & 63 == 0;
         let me = owner.to_be_bytes();
         let lease_ms = lease.as_millis() as i64;
         self.with(move |conn| {
