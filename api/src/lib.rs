@@ -8,20 +8,26 @@
 //! - [`query`]: query parameters, validated in extractors.
 //! - [`catalog`]: the in-memory catalog behind the discovery lists.
 //! - [`routes`]: the handlers, which read as the happy path.
+//! - [`page`]: history pages encoded into one buffer, with their `ETag`
+//!   and caching policy.
+//! - [`conditional`]: `If-None-Match` → `304`, for any answer with an `ETag`.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
 //! - [`keys`]: creating API keys (only hashes are stored).
 //! - Around it all, `hindsight_http::edge`: JSON error bodies on every
 //!   status, size limits on request lines and headers, `nosniff`, and
-//!   `no-store` on key-bearing answers (the same edge as ingest's).
+//!   `no-store` on key-bearing answers that set no `Cache-Control` of their
+//!   own (the same edge as ingest's).
 //!
 //! Modules depend one way: `rate` ← `error` ← `plans` ← `auth` ← `routes`.
 
 pub mod auth;
 pub mod catalog;
+pub mod conditional;
 pub mod cursor;
 pub mod error;
 pub mod keys;
 pub mod openapi;
+pub mod page;
 pub mod plans;
 pub mod query;
 pub mod rate;
@@ -79,7 +85,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/tokens/{token_id}/prices", get(history::token_prices))
         .route("/v1/markets/{id_or_slug}/books", get(history::market_books))
         .route("/v1/tokens/{token_id}/books", get(history::token_books))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth::meter));
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::meter))
+        // Around `meter`: the request was counted before the comparison,
+        // and a 304 keeps the rate headers `meter` put on the 200.
+        .route_layer(middleware::from_fn(conditional::not_modified));
     let v1 = Router::new()
         .route("/v1/usage", get(routes::usage))
         .merge(metered)

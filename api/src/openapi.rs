@@ -3,8 +3,12 @@
 //! `/openapi.json`; `api/openapi.json` is the committed copy, which a test
 //! keeps equal to this (`hindsight openapi > api/openapi.json` refreshes it).
 
+use crate::page;
 use crate::routes::{self, discovery, history};
+use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
+use utoipa::openapi::{Object, RefOr, Required, ResponseBuilder, Type};
 use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
@@ -29,7 +33,7 @@ use utoipa::{Modify, OpenApi};
         history::market_books,
         history::token_books,
     ),
-    modifiers(&ApiKeyAuth),
+    modifiers(&ApiKeyAuth, &Revalidation),
     security(("APIKeyHeader" = [])),
     tags(
         (name = "utility", description = "Health and usage"),
@@ -48,6 +52,78 @@ impl Modify for ApiKeyAuth {
             "APIKeyHeader",
             SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-API-Key"))),
         );
+    }
+}
+
+/// The history routes' validators, declared once for all of them (they
+/// come from one place in the code, `page` and `conditional`): the
+/// `If-None-Match` request header, `ETag`, `Cache-Control` and `Vary` on
+/// the 200, and the 304 that carries the same headers and no body.
+struct Revalidation;
+
+impl Modify for Revalidation {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let text = || Object::with_type(Type::String);
+        let headers = [
+            (
+                "ETag",
+                "Strong entity tag of this page's body; it changes whenever the body does.",
+            ),
+            (
+                "Cache-Control",
+                &*format!(
+                    "`{}` when the projector has passed the page's range (a later bucket exists), \
+                     else `{}`.",
+                    page::CLOSED,
+                    page::OPEN
+                ),
+            ),
+            ("Vary", "`X-API-Key`: a cache keeps one copy per key."),
+        ]
+        .map(|(name, about)| {
+            (
+                name,
+                HeaderBuilder::new()
+                    .schema(text())
+                    .description(Some(about))
+                    .build(),
+            )
+        });
+        let if_none_match = ParameterBuilder::new()
+            .name("If-None-Match")
+            .parameter_in(ParameterIn::Header)
+            .required(Required::False)
+            .description(Some(
+                "Entity tags of pages already held (or `*`); when one matches this page's \
+                 `ETag` (weak comparison), the answer is 304 without a body.",
+            ))
+            .schema(Some(text()))
+            .build();
+        for item in doc.paths.paths.values_mut() {
+            let Some(op) = item.get.as_mut() else {
+                continue;
+            };
+            if !op.tags.iter().flatten().any(|t| t == "history") {
+                continue;
+            }
+            op.parameters
+                .get_or_insert_with(Vec::new)
+                .push(if_none_match.clone());
+            if let Some(RefOr::T(ok)) = op.responses.responses.get_mut("200") {
+                for (name, header) in &headers {
+                    ok.headers.insert(name.to_string(), header.clone());
+                }
+            }
+            let mut not_modified = ResponseBuilder::new().description(
+                "Not Modified: the page is the one whose `ETag` was sent in `If-None-Match`.",
+            );
+            for (name, header) in &headers {
+                not_modified = not_modified.header(*name, header.clone());
+            }
+            op.responses
+                .responses
+                .insert("304".into(), not_modified.into());
+        }
     }
 }
 

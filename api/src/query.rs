@@ -28,6 +28,12 @@ pub const HISTORY_LIMIT_MAX: usize = 200;
 pub const LIST_LIMIT_DEFAULT: usize = 100;
 pub const LIST_LIMIT_MAX: usize = 1000;
 pub const SEARCH_MAX: usize = 200;
+/// How far past `end_ts` a history read looks for a later bucket, in
+/// buckets: a day at `1m`, four years at `1d`. Bounded, because the CQL
+/// store reads its time partitions one by one (8 640 buckets each, so this
+/// adds at most one); a series quiet for longer after a page leaves the
+/// page open, which only shortens how long it is cached.
+pub const LOOKAHEAD_BUCKETS: i64 = 1_440;
 
 /// The raw pairs of a query string.
 pub struct QueryPairs(Vec<(String, String)>);
@@ -279,13 +285,18 @@ impl HistoryQuery {
         Ok(HistoryPage { from, pager })
     }
 
-    /// The store range for `page` with `per_series` points from one series,
-    /// one more than asked so the handler can tell whether more follow.
+    /// The store range for `page` with `per_series` points from one series:
+    /// one more than asked, so the handler can tell whether more follow, and
+    /// reaching [`LOOKAHEAD_BUCKETS`] past `end_ts`, so that a last page can
+    /// tell whether the series already has a later bucket (the page is then
+    /// closed, docs/DESIGN.md "Caching history"). Points at or after
+    /// `end_ts` are never served.
     pub fn range(&self, page: &HistoryPage, per_series: usize) -> Range {
+        let lookahead = self.resolution.width_ms() * LOOKAHEAD_BUCKETS;
         Range {
             res: self.resolution,
             start: page.from,
-            end: self.end,
+            end: Timestamp(self.end.0.saturating_add(lookahead)),
             limit: per_series + 1,
         }
     }

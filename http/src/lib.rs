@@ -3,7 +3,7 @@
 //! bodies that axum writes as plain text or leaves empty (405, extractor
 //! rejections) rewritten as `{"detail": …}`, `X-Content-Type-Options:
 //! nosniff` everywhere, and `Cache-Control: no-store` on answers that carry
-//! a caller's secrets.
+//! a caller's secrets, unless the handler chose a caching policy of its own.
 //!
 //! One layer for ingest and the API rather than one each: a client sees
 //! the same error shape from every Hindsight address.
@@ -28,7 +28,11 @@ pub enum NoStore {
     /// Every answer (ingest: every request carries the ingest token).
     Always,
     /// Answers to requests carrying this header (the API key): the caller's
-    /// own plan, usage and rate headers. Keyless answers stay cacheable.
+    /// own plan, usage and rate headers. Keyless answers stay cacheable,
+    /// and so does an answer whose handler set `Cache-Control` itself (the
+    /// API's history pages, which also say `Vary` on the key): the default
+    /// is safe, and an explicit policy is a decision made with the content
+    /// in view.
     WhenHeader(HeaderName),
 }
 
@@ -38,9 +42,9 @@ pub fn edge<S: Clone + Send + Sync + 'static>(router: Router<S>, no_store: NoSto
 }
 
 async fn hygiene(State(no_store): State<NoStore>, request: Request, next: Next) -> Response {
-    let private = match &no_store {
-        NoStore::Always => true,
-        NoStore::WhenHeader(name) => request.headers().contains_key(name),
+    let keyed = match &no_store {
+        NoStore::Always => None,
+        NoStore::WhenHeader(name) => Some(request.headers().contains_key(name)),
     };
     let mut response = match oversized(&request) {
         Some(refusal) => refusal,
@@ -54,6 +58,10 @@ async fn hygiene(State(no_store): State<NoStore>, request: Request, next: Next) 
         header::X_CONTENT_TYPE_OPTIONS,
         HeaderValue::from_static("nosniff"),
     );
+    let private = match keyed {
+        None => true,
+        Some(keyed) => keyed && !h.contains_key(header::CACHE_CONTROL),
+    };
     if private {
         h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     }

@@ -6,6 +6,7 @@
 //! metrics registry to itself) are separate binaries.
 
 mod api_contract;
+mod caching;
 mod cli;
 mod cursors;
 mod faults;

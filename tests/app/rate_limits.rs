@@ -228,3 +228,55 @@ async fn the_limit_holds_across_two_api_replicas_sharing_a_store() {
     }
     assert_eq!(later, [200, 200, 200, 200, 200, 429, 429, 429]);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_304_is_authenticated_and_counted_like_the_200_it_replaces() {
+    let app = spawn_tiny("rate-304").await;
+    let key = app.key("tiny").await;
+    let day = 1_756_684_800; // 2025-09-01
+    let lines = [market_line("m1"), price_line("m1", "m1-yes", day, 0.5)];
+    assert_eq!(ingest(&app, lines.join("\n")).await.0, 200);
+    let path = format!(
+        "/v1/tokens/m1-yes/prices?start_ts={day}&end_ts={}&resolution=1h",
+        day + 3600
+    );
+    wait_for(&app, &path, |b| {
+        b["data"].as_array().is_some_and(|d| d.len() == 1)
+    })
+    .await;
+    let conditional = |key: Option<&str>, tag: &str| {
+        let mut req = client()
+            .get(app.api_url(&path))
+            .header("If-None-Match", tag);
+        if let Some(key) = key {
+            req = req.header("X-API-Key", key);
+        }
+        async move {
+            let r = req.send().await.unwrap();
+            (r.status().as_u16(), r.headers().clone())
+        }
+    };
+
+    let (st, h, _) = call(&app.api, &key, &path).await;
+    assert_eq!((st, header(&h, "x-ratelimit-remaining")), (200, 4));
+    let etag = h["etag"].to_str().unwrap().to_string();
+    for left in (0..4).rev() {
+        let (st, h) = conditional(Some(&key), &etag).await;
+        assert_eq!(st, 304);
+        assert_eq!(
+            header(&h, "x-ratelimit-remaining"),
+            left,
+            "each 304 is counted"
+        );
+    }
+    let (st, h) = conditional(Some(&key), &etag).await;
+    assert_eq!(
+        (st, header(&h, "retry-after")),
+        (429, 60),
+        "a full window refuses a 304 too"
+    );
+    let (st, _) = conditional(None, "*").await;
+    assert_eq!(st, 401, "no key, no 304");
+    let (st, _) = conditional(Some("hsk_wrong"), &etag).await;
+    assert_eq!(st, 401);
+}

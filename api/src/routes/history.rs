@@ -4,20 +4,24 @@
 //! every token of the market; `limit` counts points across all tokens, so
 //! each token gets `limit / tokens` per page and a page ends where the
 //! first token's share runs out — the next page resumes there for all.
+//!
+//! Every read looks a little past the page (`HistoryQuery::range`): a
+//! bucket of the series after the page's last one means the projector has
+//! passed the page, which is then closed and cached longer
+//! (docs/DESIGN.md, "Caching history"). Pages are encoded by [`page`]
+//! straight from the rows the store returned.
 
 use super::path_id;
 use crate::auth::Caller;
 use crate::error::ApiError;
+use crate::page::{self, Meta, Page, Point, TokenSeries};
 use crate::plans::DataPoint;
 use crate::query::{HistoryPage, HistoryQuery};
 use crate::ApiState;
 use axum::extract::{Path, State};
-use axum::Json;
 use hindsight_contracts::{self as read, TokenRef};
 use hindsight_schemas::api::*;
-use hindsight_schemas::{IsoTime, MarketRecord, Timestamp};
-use serde_json::value::RawValue;
-use std::collections::BTreeMap;
+use hindsight_schemas::{MarketRecord, Timestamp};
 
 /// Most tokens a market-level prices or books page returns.
 pub const MAX_MARKET_TOKENS: usize = 200;
@@ -53,48 +57,20 @@ async fn market(state: &ApiState, id_or_slug: String) -> Result<MarketRecord, Ap
         .ok_or_else(|| ApiError::NotFound("Market not found".into()))
 }
 
-/// Cuts one series read with `per + 1` points to `per`; the next page's start.
-fn cut<T>(rows: &mut Vec<T>, per: usize, t: impl Fn(&T) -> Timestamp) -> Option<Timestamp> {
-    let next = rows.get(per).map(&t);
-    rows.truncate(per);
-    next
+/// Cuts one series, read by `HistoryQuery::range` with `per + 1` points,
+/// to the page: at most `per` points, all before `end`. Returns where the
+/// next page starts, and whether the series had a bucket after the page's
+/// (every point cut off is later than every point kept).
+fn cut<P: Point>(rows: &mut Vec<P>, per: usize, end: Timestamp) -> (Option<Timestamp>, bool) {
+    let read = rows.len();
+    let next = rows.get(per).map(P::t).filter(|t| *t < end);
+    let in_range = rows.partition_point(|p| p.t() < end);
+    rows.truncate(in_range.min(per));
+    (next, read > rows.len())
 }
 
-fn price_points(points: Vec<read::PricePoint>) -> Vec<PricePoint> {
-    points
-        .into_iter()
-        .map(|p| PricePoint {
-            t: IsoTime(p.t),
-            p: p.p,
-        })
-        .collect()
-}
-
-fn book_points(points: Vec<read::BookPoint>) -> Result<Vec<BookPoint>, ApiError> {
-    points
-        .into_iter()
-        .map(|b| {
-            let raw = |s: String| {
-                RawValue::from_string(s).map_err(|e| {
-                    ApiError::invariant(format!("stored book levels are not JSON: {e}"))
-                })
-            };
-            Ok(BookPoint {
-                t: IsoTime(b.t),
-                bids: raw(b.bids)?,
-                asks: raw(b.asks)?,
-            })
-        })
-        .collect()
-}
-
-fn page_meta(
-    q: &HistoryQuery,
-    page: &HistoryPage,
-    count: usize,
-    next: Option<Timestamp>,
-) -> PageMetadata {
-    PageMetadata {
+fn meta(q: &HistoryQuery, page: &HistoryPage, count: usize, next: Option<Timestamp>) -> Meta {
+    Meta {
         count,
         limit: q.limit,
         next_cursor: next.map(|t| page.next_cursor(t)),
@@ -124,63 +100,74 @@ fn per_token(
     Ok(q.limit / n.max(1))
 }
 
-/// Reads every token's page and cuts all of them where the first runs out.
-async fn market_page<T, F, Fut>(
+/// One token's page of a series: `read` the series, cut it, encode it
+/// with the token's head fields.
+async fn token_page<P, F, Fut>(
+    q: &HistoryQuery,
+    route: &str,
+    token: TokenRef,
+    read: F,
+) -> Result<Page, ApiError>
+where
+    P: Point,
+    F: FnOnce(String, read::Range) -> Fut,
+    Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
+{
+    let page = q.page(route, &token.token_id)?;
+    let mut points = read(token.token_id.clone(), q.range(&page, q.limit)).await?;
+    let (next, closed) = cut(&mut points, q.limit, q.end);
+    let head = [
+        ("market_id", token.market_id.as_str()),
+        ("token_id", token.token_id.as_str()),
+        ("token_label", token.label.as_str()),
+        ("resolution", q.resolution.as_str()),
+    ];
+    page::series(&head, &points, &meta(q, &page, points.len(), next), closed)
+}
+
+/// Every token's page of a market, cut where the first token's share runs
+/// out, and encoded. Closed when any token has a bucket after the page:
+/// a market's events share one log partition, so the projector has then
+/// passed the page for all of its tokens.
+async fn market_page<P, F, Fut>(
     market: &MarketRecord,
     q: &HistoryQuery,
-    page: &HistoryPage,
-    per: usize,
+    route: &str,
+    single_route: &str,
     read: F,
-) -> Result<(BTreeMap<String, Vec<T>>, Option<Timestamp>), ApiError>
+) -> Result<Page, ApiError>
 where
+    P: Point,
     F: Fn(String, read::Range) -> Fut,
-    Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<T>>>,
-    T: HasTime,
+    Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
 {
+    let per = per_token(market, q, single_route)?;
+    let page = q.page(route, &market.id)?;
     let mut series = Vec::with_capacity(market.tokens.len());
     for token in &market.tokens {
-        series.push((
-            token.label.clone(),
-            read(token.id.clone(), q.range(page, per)).await?,
-        ));
+        series.push(TokenSeries {
+            label: &token.label,
+            id: &token.id,
+            points: read(token.id.clone(), q.range(&page, per)).await?,
+        });
     }
     let next = series
         .iter()
-        .filter_map(|(_, rows)| rows.get(per).map(HasTime::t))
+        .filter_map(|s| s.points.get(per).map(P::t))
+        .filter(|t| *t < q.end)
         .min();
-    let data = series
-        .into_iter()
-        .map(|(label, mut rows)| {
-            rows.truncate(per);
-            if let Some(next) = next {
-                rows.retain(|r| r.t() < next);
-            }
-            (label, rows)
-        })
-        .collect();
-    Ok((data, next))
-}
-
-pub trait HasTime {
-    fn t(&self) -> Timestamp;
-}
-impl HasTime for read::PricePoint {
-    fn t(&self) -> Timestamp {
-        self.t
+    let page_end = next.unwrap_or(q.end);
+    let mut closed = false;
+    let mut count = 0;
+    for s in &mut series {
+        closed |= cut(&mut s.points, per, page_end).1;
+        count += s.points.len();
     }
-}
-impl HasTime for read::BookPoint {
-    fn t(&self) -> Timestamp {
-        self.t
-    }
-}
-
-fn token_map(market: &MarketRecord) -> BTreeMap<String, String> {
-    market
-        .tokens
-        .iter()
-        .map(|t| (t.label.clone(), t.id.clone()))
-        .collect()
+    let head = [
+        ("market_id", market.id.as_str()),
+        ("resolution", q.resolution.as_str()),
+    ];
+    page::market(&head, &mut series, &meta(q, &page, count, next), closed)
 }
 
 /// Price history of one token: the average probability per bucket.
@@ -194,24 +181,14 @@ pub async fn token_prices(
     caller: Caller,
     Path(token_id): Path<String>,
     q: HistoryQuery,
-) -> Result<Json<TokenPricesResponse>, ApiError> {
+) -> Result<Page, ApiError> {
     check(&caller, DataPoint::Prices, &q)?;
     let token = token(&state, token_id).await?;
-    let page = q.page(TOKEN_PRICES, &token.token_id)?;
-    let mut points = state
-        .store
-        .prices(&token.token_id, q.range(&page, q.limit))
-        .await?;
-    let next = cut(&mut points, q.limit, |p| p.t);
-    let data = price_points(points);
-    Ok(Json(TokenPricesResponse {
-        market_id: token.market_id,
-        token_id: token.token_id,
-        token_label: token.label,
-        resolution: q.resolution.as_str().into(),
-        metadata: page_meta(&q, &page, data.len(), next),
-        data,
-    }))
+    let store = &state.store;
+    token_page(&q, TOKEN_PRICES, token, |id, range| async move {
+        store.prices(&id, range).await
+    })
+    .await
 }
 
 /// Order-book history of one token: the last snapshot per bucket.
@@ -225,24 +202,14 @@ pub async fn token_books(
     caller: Caller,
     Path(token_id): Path<String>,
     q: HistoryQuery,
-) -> Result<Json<TokenBooksResponse>, ApiError> {
+) -> Result<Page, ApiError> {
     check(&caller, DataPoint::Books, &q)?;
     let token = token(&state, token_id).await?;
-    let page = q.page(TOKEN_BOOKS, &token.token_id)?;
-    let mut points = state
-        .store
-        .books(&token.token_id, q.range(&page, q.limit))
-        .await?;
-    let next = cut(&mut points, q.limit, |p| p.t);
-    let data = book_points(points)?;
-    Ok(Json(TokenBooksResponse {
-        market_id: token.market_id,
-        token_id: token.token_id,
-        token_label: token.label,
-        resolution: q.resolution.as_str().into(),
-        metadata: page_meta(&q, &page, data.len(), next),
-        data,
-    }))
+    let store = &state.store;
+    token_page(&q, TOKEN_BOOKS, token, |id, range| async move {
+        store.books(&id, range).await
+    })
+    .await
 }
 
 /// Price history for every token of a market, keyed by token label.
@@ -256,27 +223,18 @@ pub async fn market_prices(
     caller: Caller,
     Path(id_or_slug): Path<String>,
     q: HistoryQuery,
-) -> Result<Json<MarketPricesResponse>, ApiError> {
+) -> Result<Page, ApiError> {
     check(&caller, DataPoint::Prices, &q)?;
     let market = market(&state, id_or_slug).await?;
-    let per = per_token(&market, &q, TOKEN_PRICES)?;
-    let page = q.page(MARKET_PRICES, &market.id)?;
     let store = &state.store;
-    let (rows, next) = market_page(&market, &q, &page, per, |id, range| async move {
-        store.prices(&id, range).await
-    })
-    .await?;
-    let count = rows.values().map(Vec::len).sum();
-    Ok(Json(MarketPricesResponse {
-        market_id: market.id.clone(),
-        resolution: q.resolution.as_str().into(),
-        tokens: token_map(&market),
-        data: rows
-            .into_iter()
-            .map(|(label, p)| (label, price_points(p)))
-            .collect(),
-        metadata: page_meta(&q, &page, count, next),
-    }))
+    market_page(
+        &market,
+        &q,
+        MARKET_PRICES,
+        TOKEN_PRICES,
+        |id, range| async move { store.prices(&id, range).await },
+    )
+    .await
 }
 
 /// Order-book history for every token of a market, keyed by token label.
@@ -290,28 +248,18 @@ pub async fn market_books(
     caller: Caller,
     Path(id_or_slug): Path<String>,
     q: HistoryQuery,
-) -> Result<Json<MarketBooksResponse>, ApiError> {
+) -> Result<Page, ApiError> {
     check(&caller, DataPoint::Books, &q)?;
     let market = market(&state, id_or_slug).await?;
-    let per = per_token(&market, &q, TOKEN_BOOKS)?;
-    let page = q.page(MARKET_BOOKS, &market.id)?;
     let store = &state.store;
-    let (rows, next) = market_page(&market, &q, &page, per, |id, range| async move {
-        store.books(&id, range).await
-    })
-    .await?;
-    let count = rows.values().map(Vec::len).sum();
-    let mut data = BTreeMap::new();
-    for (label, points) in rows {
-        data.insert(label, book_points(points)?);
-    }
-    Ok(Json(MarketBooksResponse {
-        market_id: market.id.clone(),
-        resolution: q.resolution.as_str().into(),
-        tokens: token_map(&market),
-        data,
-        metadata: page_meta(&q, &page, count, next),
-    }))
+    market_page(
+        &market,
+        &q,
+        MARKET_BOOKS,
+        TOKEN_BOOKS,
+        |id, range| async move { store.books(&id, range).await },
+    )
+    .await
 }
 
 /// Volume, liquidity and spread history of a market (bucket averages).
@@ -325,7 +273,7 @@ pub async fn market_metrics(
     caller: Caller,
     Path(id_or_slug): Path<String>,
     q: HistoryQuery,
-) -> Result<Json<MetricsResponse>, ApiError> {
+) -> Result<Page, ApiError> {
     check(&caller, DataPoint::Metrics, &q)?;
     let market = market(&state, id_or_slug).await?;
     let page = q.page(MARKET_METRICS, &market.id)?;
@@ -333,20 +281,10 @@ pub async fn market_metrics(
         .store
         .metrics(&market.id, q.range(&page, q.limit))
         .await?;
-    let next = cut(&mut points, q.limit, |p| p.t);
-    let data: Vec<MetricsPoint> = points
-        .into_iter()
-        .map(|m| MetricsPoint {
-            t: IsoTime(m.t),
-            volume: m.volume,
-            liquidity: m.liquidity,
-            spread: m.spread,
-        })
-        .collect();
-    Ok(Json(MetricsResponse {
-        market_id: market.id,
-        resolution: q.resolution.as_str().into(),
-        metadata: page_meta(&q, &page, data.len(), next),
-        data,
-    }))
+    let (next, closed) = cut(&mut points, q.limit, q.end);
+    let head = [
+        ("market_id", market.id.as_str()),
+        ("resolution", q.resolution.as_str()),
+    ];
+    page::series(&head, &points, &meta(&q, &page, points.len(), next), closed)
 }
