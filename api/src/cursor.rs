@@ -24,8 +24,12 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The inverse of [`hex`], and only of it: lowercase digits. (`from_str_radix`
+/// alone also takes `A`-`F` and a `+` sign, so `+f` or `FF` would spell the
+/// same cursor as `0f` or `ff`: an edited cursor accepted.)
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+    let lower_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+    if !text.len().is_multiple_of(2) || !text.bytes().all(lower_hex) {
         return None;
     }
     (0..text.len() / 2)
@@ -101,6 +105,37 @@ mod tests {
         for bad in ["garbage", "", "h1", "h1zz", &c[..c.len() - 1]] {
             assert_eq!(decode_history(bad), None, "{bad}");
         }
+    }
+
+    /// Found by the `cursor` fuzz target: `h1ffffFfff…` (one digit in
+    /// uppercase) decoded as the cursor `h1ffffffff…`.
+    #[test]
+    fn only_the_exact_text_written_decodes() {
+        let c = encode_history(Timestamp(-1));
+        assert!(c.starts_with("h1ffff"), "{c}");
+        assert_eq!(decode_history(&c), Some(Timestamp(-1)));
+        let upper = format!("h1ffffF{}", &c[7..]);
+        assert_eq!(decode_history(&upper), None, "{upper}");
+        assert_eq!(
+            decode_history(&c.to_uppercase().replacen("H", "h", 1)),
+            None
+        );
+        // `+f` is 0x0f to from_str_radix.
+        let t = encode_history(Timestamp(15));
+        let plus = t.replacen("0f", "+f", 1);
+        assert_ne!(plus, t);
+        assert_eq!(decode_history(&plus), None, "{plus}");
+        let list = encode_list(
+            "s",
+            &ListCursor {
+                key: None,
+                id: "x".into(),
+            },
+        );
+        assert_eq!(
+            decode_list("s", &list.to_uppercase().replacen("L", "l", 1)),
+            None
+        );
     }
 
     #[test]
