@@ -1,0 +1,199 @@
+//! Ingest body handling (`ingest/src/http.rs`): `Content-Encoding` and gzip
+//! layers in front of the NDJSON parser, through the real ingest router and
+//! the embedded SQLite log (on tmpfs when there is one).
+//!
+//! An input is a first line, then the body. Two shapes:
+//! - `layers=N` (N = 0..3): the harness gzips the body N times and says so
+//!   in `Content-Encoding`, so the fuzzer explores NDJSON behind valid gzip.
+//!   The answer must be what validating the plain body gives: the same
+//!   accepted and rejected counts, 413 when the plain body is over the
+//!   limit, 415 for three layers (at most two are undone).
+//! - anything else: the line is `Content-Encoding` values, one header each,
+//!   split at `|` (empty: no header), sent with the body as is (corrupt
+//!   gzip, bombs, unknown codings). The answer must be one of the documented statuses
+//!   with a JSON body: never a 5xx, a panic or an unbounded allocation.
+#![no_main]
+
+use axum::body::Body;
+use axum::http::{header, HeaderValue, Request, StatusCode};
+use axum::Router;
+use flate2::write::GzEncoder;
+use flate2::Compression;
+use hindsight_ingest::batch;
+use hindsight_ingest::http::{router, IngestLimits, IngestState, MAX_GZIP_LAYERS};
+use hindsight_schemas::Timestamp;
+use hindsight_sqlite::SqliteLog;
+use http_body_util::BodyExt;
+use libfuzzer_sys::fuzz_target;
+use std::io::Write;
+use std::sync::{Arc, OnceLock};
+use tower::ServiceExt;
+
+const TOKEN: &str = "hsi_fuzz";
+/// Small, so that bodies and gzip bombs over the limit are within reach.
+const MAX_BODY: usize = 2048;
+
+enum Input<'a> {
+    Layered {
+        layers: usize,
+        plain: &'a [u8],
+    },
+    Raw {
+        encodings: Vec<&'a [u8]>,
+        body: &'a [u8],
+    },
+}
+
+fn parse(data: &[u8]) -> Input<'_> {
+    let (head, body) = match data.iter().position(|b| *b == b'\n') {
+        Some(i) => (&data[..i], &data[i + 1..]),
+        None => (data, &[][..]),
+    };
+    match head.strip_prefix(b"layers=") {
+        Some([n]) if n.is_ascii_digit() => Input::Layered {
+            layers: usize::from(n - b'0') % 4,
+            plain: body,
+        },
+        _ => Input::Raw {
+            encodings: head
+                .split(|b| *b == b'|')
+                .filter(|v| !v.is_empty())
+                .collect(),
+            body,
+        },
+    }
+}
+
+struct Harness {
+    rt: tokio::runtime::Runtime,
+    router: Router,
+    _dir: std::path::PathBuf,
+}
+
+fn harness() -> &'static Harness {
+    static H: OnceLock<Harness> = OnceLock::new();
+    H.get_or_init(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let base = ["/dev/shm", "/tmp"]
+            .iter()
+            .map(std::path::PathBuf::from)
+            .find(|p| p.is_dir())
+            .unwrap();
+        let dir = base.join(format!("hindsight-fuzz-ingest-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let log = Arc::new(SqliteLog::open(&dir).unwrap());
+        let router = router(IngestState {
+            log,
+            token: TOKEN.into(),
+            max_body_bytes: MAX_BODY,
+            limits: IngestLimits::default(),
+        });
+        Harness {
+            rt,
+            router,
+            _dir: dir,
+        }
+    })
+}
+
+fn gzip(data: &[u8]) -> Vec<u8> {
+    let mut e = GzEncoder::new(Vec::new(), Compression::fast());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+async fn post(
+    router: &Router,
+    encodings: &[HeaderValue],
+    body: Vec<u8>,
+) -> (StatusCode, serde_json::Value) {
+    let mut request = Request::post("/ingest/v1/events")
+        .header(header::AUTHORIZATION, format!("Bearer {TOKEN}"))
+        .body(Body::from(body))
+        .unwrap();
+    for value in encodings {
+        request
+            .headers_mut()
+            .append(header::CONTENT_ENCODING, value.clone());
+    }
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status();
+    let bytes = response.into_body().collect().await.unwrap().to_bytes();
+    let json = serde_json::from_slice(&bytes)
+        .unwrap_or_else(|e| panic!("{status}: body is not JSON ({e}): {bytes:?}"));
+    (status, json)
+}
+
+fn counts(json: &serde_json::Value) -> (u64, u64) {
+    (
+        json["accepted"].as_u64().unwrap(),
+        json["rejected_count"].as_u64().unwrap(),
+    )
+}
+
+fuzz_target!(|data: &[u8]| {
+    let h = harness();
+    h.rt.block_on(async {
+        match parse(data) {
+            Input::Layered { layers, plain } => {
+                let mut body = plain.to_vec();
+                // Every layer, once undone, must fit the limit too.
+                let mut largest = body.len();
+                for _ in 0..layers {
+                    body = gzip(&body);
+                    largest = largest.max(body.len());
+                }
+                let coding = vec!["gzip"; layers].join(", ");
+                let encodings: Vec<HeaderValue> = if layers == 0 {
+                    vec![]
+                } else {
+                    vec![HeaderValue::from_str(&coding).unwrap()]
+                };
+                let (status, json) = post(&h.router, &encodings, body).await;
+                let expected = if layers > MAX_GZIP_LAYERS {
+                    StatusCode::UNSUPPORTED_MEDIA_TYPE
+                } else if largest > MAX_BODY {
+                    StatusCode::PAYLOAD_TOO_LARGE
+                } else {
+                    let v = batch::validate(
+                        plain,
+                        1,
+                        Timestamp::now(),
+                        &Default::default(),
+                        usize::MAX,
+                    );
+                    let want = (v.events.len() as u64, v.rejected_count as u64);
+                    assert_eq!(counts(&json), want, "{json}");
+                    if v.events.is_empty() && v.rejected_count > 0 {
+                        StatusCode::UNPROCESSABLE_ENTITY
+                    } else {
+                        StatusCode::OK
+                    }
+                };
+                assert_eq!(status, expected, "{json}");
+            }
+            Input::Raw { encodings, body } => {
+                let encodings: Vec<HeaderValue> = encodings
+                    .iter()
+                    .filter_map(|v| HeaderValue::from_bytes(v).ok())
+                    .collect();
+                let (status, json) = post(&h.router, &encodings, body.to_vec()).await;
+                match status {
+                    StatusCode::OK | StatusCode::UNPROCESSABLE_ENTITY => {
+                        let (accepted, rejected) = counts(&json);
+                        assert!(status == StatusCode::OK || (accepted == 0 && rejected > 0));
+                    }
+                    StatusCode::BAD_REQUEST
+                    | StatusCode::PAYLOAD_TOO_LARGE
+                    | StatusCode::UNSUPPORTED_MEDIA_TYPE => {
+                        assert!(json["detail"].is_string(), "{status}: {json}");
+                    }
+                    other => panic!("unexpected {other}: {json}"),
+                }
+            }
+        }
+    });
+});
