@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Runs the official Python client (tests/sdk/check_official_client.py) and
-# schemathesis against a live `hindsight dev` on a loopback port.
+# schemathesis (over the dataset and configuration in tests/sdk/schemathesis/)
+# against a live `hindsight dev` on a loopback port, and prints how many
+# cases schemathesis ran on each operation and what they were answered.
 #
 # Python packages live in a virtualenv reused across runs
 # ($HINDSIGHT_VENV, default ~/.cache/hindsight-venv).
@@ -52,9 +54,19 @@ echo "== official client (polymarketdata-sdk) against $url"
 "$venv/bin/python" tests/sdk/check_official_client.py
 
 echo "== schemathesis against $url/openapi.json"
+# Known data first: tests/sdk/schemathesis/schemathesis.toml draws path ids,
+# filters and time ranges from the ids and times of dataset.ndjson, so that
+# generated requests reach the detail and history handlers with data.
+st=tests/sdk/schemathesis
+"$venv/bin/python" "$st/support.py" seed "$url" "$st/dataset.ndjson"
 # No 5xx and no response that violates the document. (Schema-valid requests
 # may still be refused: the document cannot express start_ts <= end_ts.)
-"$venv/bin/schemathesis" run "$url/openapi.json" \
+status=0
+"$venv/bin/schemathesis" --config-file "$st/schemathesis.toml" run "$url/openapi.json" \
   --header "X-API-Key: $HINDSIGHT_KEY_ENTERPRISE" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \
-  --max-examples 100 --generation-deterministic --no-color
+  --max-examples 100 --generation-deterministic --no-color \
+  --report ndjson --report-ndjson-path "$work/schemathesis.ndjson" || status=$?
+echo "== schemathesis coverage: cases per operation"
+"$venv/bin/python" "$st/support.py" report "$work/schemathesis.ndjson" api/openapi.json || status=1
+exit "$status"
