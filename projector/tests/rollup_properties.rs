@@ -437,20 +437,28 @@ async fn project(
     }
 }
 
-/// Written past the test harness's output capture, so that every run (CI
-/// included) shows how many cases each property was checked on.
-fn announce(property: &str, cases: u32) {
+/// Checks `property` on proptest's number of cases (256, or
+/// `PROPTEST_CASES`), printing that number past the test harness's output
+/// capture, so that every run (CI included) shows it.
+fn run_property<S, F, Fut>(property: &str, strategy: S, check: F)
+where
+    S: Strategy,
+    F: Fn(S::Value) -> Fut,
+    Fut: std::future::Future<Output = Result<(), TestCaseError>>,
+{
+    let config = ProptestConfig::default();
     let _ = writeln!(
         std::io::stderr(),
-        "proptest {property}: {cases} cases (PROPTEST_CASES overrides)"
+        "proptest {property}: {} cases (PROPTEST_CASES overrides)",
+        config.cases
     );
-}
-
-fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_current_thread()
+    let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap()
+        .unwrap();
+    TestRunner::new(config)
+        .run(&strategy, |value| rt.block_on(check(value)))
+        .unwrap();
 }
 
 // ---- the properties --------------------------------------------------------------
@@ -515,15 +523,11 @@ async fn check_split(plan: SplitPlan) -> Result<(), TestCaseError> {
 
 #[test]
 fn any_split_and_any_redelivery_give_the_tables_of_one_pass_and_the_model() {
-    let config = ProptestConfig::default();
-    announce(
+    run_property(
         "any_split_and_any_redelivery_give_the_tables_of_one_pass_and_the_model",
-        config.cases,
+        split_plan(),
+        check_split,
     );
-    let rt = runtime();
-    TestRunner::new(config)
-        .run(&split_plan(), |plan| rt.block_on(check_split(plan)))
-        .unwrap();
 }
 
 #[derive(Debug, Clone)]
@@ -598,17 +602,11 @@ async fn check_interleaving(plan: Interleaving) -> Result<(), TestCaseError> {
 
 #[test]
 fn any_interleaving_of_late_events_serves_the_buckets_of_time_order() {
-    let config = ProptestConfig::default();
-    announce(
+    run_property(
         "any_interleaving_of_late_events_serves_the_buckets_of_time_order",
-        config.cases,
+        interleaving(),
+        check_interleaving,
     );
-    let rt = runtime();
-    TestRunner::new(config)
-        .run(&interleaving(), |plan| {
-            rt.block_on(check_interleaving(plan))
-        })
-        .unwrap();
 }
 
 /// The model is not the rollup restated: hand-computed buckets.
