@@ -1,5 +1,5 @@
 //! The query parsers of `api/src/query.rs` (history routes and the three
-//! discovery lists) on arbitrary query strings. Every string either parses
+//! discovery lists, with their cursors) on arbitrary query strings. Every string either parses
 //! to values within the documented bounds or is refused with a 400 or 422
 //! whose body is JSON with a `detail`: never a panic, never a 5xx.
 #![no_main]
@@ -9,8 +9,8 @@ use axum::http::{Request, StatusCode};
 use axum::response::IntoResponse;
 use hindsight_api::error::ApiError;
 use hindsight_api::query::{
-    EventFilter, HistoryQuery, ListQuery, MarketFilter, HISTORY_LIMIT_MAX, LIST_LIMIT_MAX,
-    SEARCH_MAX,
+    EventFilter, HistoryQuery, ListFilter, ListQuery, MarketFilter, NoFilter, HISTORY_LIMIT_MAX,
+    LIST_LIMIT_MAX, SEARCH_MAX,
 };
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
@@ -47,7 +47,14 @@ async fn check_refusal(e: ApiError) {
     assert!(!json["detail"].is_null(), "{json}");
 }
 
-fn check_list<F>(q: &ListQuery<F>) {
+/// A discovery list's query (with the list's own filter `F`), and its
+/// cursor checked against the list.
+async fn check_list<F: ListFilter>(query: &str, list: &str) {
+    let q = match extract::<ListQuery<F>>(query).await {
+        None => return,
+        Some(Err(e)) => return check_refusal(e).await,
+        Some(Ok(q)) => q,
+    };
     assert!((1..=LIST_LIMIT_MAX).contains(&q.limit), "{}", q.limit);
     assert!(q
         .search
@@ -57,6 +64,9 @@ fn check_list<F>(q: &ListQuery<F>) {
         if let (Some(min), Some(max)) = (range.min, range.max) {
             assert!(min <= max);
         }
+    }
+    if let Err(e) = q.cursor(list) {
+        check_refusal(e).await;
     }
 }
 
@@ -72,25 +82,8 @@ fuzz_target!(|query: &str| {
             }
             Some(Err(e)) => check_refusal(e).await,
         }
-        match extract::<ListQuery<MarketFilter>>(query).await {
-            Some(Ok(q)) => {
-                check_list(&q);
-                if let Err(e) = q.cursor("markets") {
-                    check_refusal(e).await;
-                }
-            }
-            Some(Err(e)) => check_refusal(e).await,
-            None => {}
-        }
-        match extract::<ListQuery<EventFilter>>(query).await {
-            Some(Ok(q)) => {
-                check_list(&q);
-                if let Err(e) = q.cursor("events") {
-                    check_refusal(e).await;
-                }
-            }
-            Some(Err(e)) => check_refusal(e).await,
-            None => {}
-        }
+        check_list::<MarketFilter>(query, "markets").await;
+        check_list::<EventFilter>(query, "events").await;
+        check_list::<NoFilter>(query, "series").await;
     });
 });
