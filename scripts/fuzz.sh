@@ -28,7 +28,12 @@ command -v cargo-fuzz >/dev/null || { echo "cargo-fuzz is missing: scripts/insta
 cargo fuzz build "${flags[@]}"
 
 scratch=$(mktemp -d /tmp/hindsight-fuzz.XXXXXX)
-trap 'rm -rf "$scratch"' EXIT
+# Where targets keep files (ingest_body's event log): tmpfs when there is one.
+shm=/dev/shm
+[ -d "$shm" ] && [ -w "$shm" ] || shm=$scratch
+HINDSIGHT_FUZZ_SCRATCH=$(mktemp -d "$shm/hindsight-fuzz.XXXXXX")
+export HINDSIGHT_FUZZ_SCRATCH
+trap 'rm -rf "$scratch" "$HINDSIGHT_FUZZ_SCRATCH"' EXIT
 failed=()
 for target in "${targets[@]}"; do
     mkdir -p "$scratch/$target" "artifacts/$target"
@@ -50,7 +55,7 @@ for target in "${targets[@]}"; do
         # libFuzzer's summary, without the backtraces.
         sed -n -e '/panicked at/,/^stack backtrace/p' -e '/memory allocation of/p' \
             -e '/ERROR: libFuzzer/p' -e '/^SUMMARY/p' "$log" | grep -v '^stack backtrace' | head -30
-        for artifact in $(sed -n 's/.*Test unit written to \(\S*\).*/\1/p' "$log"); do
+        sed -n 's/.*Test unit written to \(\S*\).*/\1/p' "$log" | while read -r artifact; do
             echo "-- input $artifact (replay: cargo fuzz run -s none $target $artifact):"
             head -c 512 "$artifact" | od -An -c | head -20
         done

@@ -1,6 +1,7 @@
 //! Ingest body handling (`ingest/src/http.rs`): `Content-Encoding` and gzip
 //! layers in front of the NDJSON parser, through the real ingest router and
-//! the embedded SQLite log (on tmpfs when there is one).
+//! the embedded SQLite log (in `HINDSIGHT_FUZZ_SCRATCH`, else the
+//! temporary directory).
 //!
 //! An input is a first line, then the body. Two shapes:
 //! - `layers=N` (N = 0..3): the harness gzips the body N times and says so
@@ -77,12 +78,10 @@ fn harness() -> &'static Harness {
             .enable_all()
             .build()
             .unwrap();
-        let base = ["/dev/shm", "/tmp"]
-            .iter()
-            .map(std::path::PathBuf::from)
-            .find(|p| p.is_dir())
-            .unwrap();
-        let dir = base.join(format!("hindsight-fuzz-ingest-{}", std::process::id()));
+        // scripts/fuzz.sh names a scratch directory (on tmpfs) it removes.
+        let base = std::env::var_os("HINDSIGHT_FUZZ_SCRATCH")
+            .map_or_else(std::env::temp_dir, std::path::PathBuf::from);
+        let dir = base.join(format!("ingest-log-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let log = Arc::new(SqliteLog::open(&dir).unwrap());
         let router = router(IngestState {
