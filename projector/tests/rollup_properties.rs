@@ -321,19 +321,19 @@ async fn served(store: &SqliteStore) -> Served {
 
 /// A consumer whose polls return at most the planned number of events,
 /// so the projector's steps cut the log where the plan says.
-struct Chunked<C> {
+struct Chunked<'a, C> {
     inner: C,
-    sizes: std::vec::IntoIter<usize>,
+    sizes: std::slice::Iter<'a, usize>,
 }
 
 #[async_trait]
-impl<C: LogConsumer> LogConsumer for Chunked<C> {
+impl<C: LogConsumer> LogConsumer for Chunked<'_, C> {
     async fn poll(
         &mut self,
         max: usize,
         wait: Duration,
     ) -> hindsight_contracts::Result<Vec<Delivered>> {
-        let max = self.sizes.next().map_or(max, |size| size.min(max));
+        let max = self.sizes.next().map_or(max, |size| max.min(*size));
         self.inner.poll(max, wait).await
     }
 
@@ -412,7 +412,7 @@ async fn project(
     let mut projector = projector(log, store);
     let chunked = |from| Chunked {
         inner: log.consumer(from).unwrap(),
-        sizes: polls.to_vec().into_iter(),
+        sizes: polls.iter(),
     };
     let mut consumer = chunked(0);
     let mut pending: Vec<&Restart> = restarts.iter().collect();
