@@ -45,7 +45,8 @@ echo "== compose and Prometheus configuration"
 docker-compose -f compose/docker-compose.yml config -q && echo "compose/docker-compose.yml: valid"
 promtool check config compose/prometheus/prometheus.yml
 promtool check rules compose/prometheus/alerts.yml
-echo "== official Python client and schemathesis against a live server"
-tests/sdk/run.sh
+echo "== official Python client and schemathesis against a live server, seeded with a known dataset: embedded, then distributed on the real engines"
+tests/sdk/run.sh embedded
+tests/sdk/run.sh distributed
 echo "== load test: /v1/health beside slowloris and slow readers (the debug binary run.sh built)"
 scripts/load-attack.sh

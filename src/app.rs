@@ -6,6 +6,7 @@
 use crate::services::api::ApiConfig;
 use crate::services::ingest::IngestConfig;
 use axum::Router;
+use hindsight_api::cursor::CursorKeys;
 use hindsight_api::plans::Plans;
 use hindsight_projector::{Projector, ProjectorConfig};
 use hindsight_schemas::time::SystemClock;
@@ -43,6 +44,9 @@ impl Embedded {
         let cfg = ApiConfig {
             plans: Arc::new(plans),
             clock: Arc::new(SystemClock),
+            // A secret of this router's own: nothing else continues its cursors.
+            cursors: CursorKeys::new(&[hindsight_api::keys::random_hex(32)])
+                .map_err(anyhow::Error::msg)?,
         };
         crate::services::api::router(&cfg, self.store.clone()).await
     }
@@ -53,6 +57,6 @@ impl Embedded {
             max_body_bytes,
             limits: Default::default(),
         };
-        crate::services::ingest::router(&cfg, self.log.clone())
+        crate::services::ingest::router(&cfg, self.log.clone(), self.store.clone())
     }
 }

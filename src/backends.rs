@@ -19,22 +19,25 @@ const TOPIC_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Which parts of the deployment a command uses; only those are connected,
-/// so `api` needs no brokers and `ingest` no CQL nodes.
+/// so `api` needs no brokers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Uses {
     /// Appends to the event log (ingest, backfill).
     pub append: bool,
     /// Consumes the log into the store (projector, rebuild).
     pub consume: bool,
-    /// Reads the store and its keys and rate windows (api, keys).
+    /// Reads the store: its catalog (ingest, backfill), keys and rate
+    /// windows (api, keys).
     pub read: bool,
 }
 
 impl Uses {
-    pub const APPEND: Uses = Uses {
+    /// Appends, checking lines against the store's catalog (ingest,
+    /// backfill).
+    pub const INGEST: Uses = Uses {
         append: true,
         consume: false,
-        read: false,
+        read: true,
     };
     pub const CONSUME: Uses = Uses {
         append: false,

@@ -1,7 +1,7 @@
 //! What each subcommand does: configuration → backends → service, run until
 //! a signal; or a one-shot operator command.
 
-use crate::backends::Backends;
+use crate::backends::{BackendConfig, Backends};
 use crate::config::*;
 use crate::demo::{DemoConfig, DemoFeed, HttpSink, Sink};
 use crate::services::api::ApiConfig;
@@ -11,7 +11,9 @@ use crate::services::{self, bind, Listeners};
 use crate::shutdown;
 use anyhow::{anyhow, bail, Context};
 use hindsight_api::{keys, plans::Plans};
-use hindsight_ingest::backfill::{backfill_file_with, Progress};
+use hindsight_ingest::backfill::{backfill_file, Progress, Target};
+use hindsight_ingest::catalog::{BatchClaims, CatalogView};
+use hindsight_ingest::http::DEFAULT_CATALOG_MAX_AGE;
 use hindsight_projector::Projector;
 use hindsight_schemas::time::SystemClock;
 use hindsight_schemas::Timestamp;
@@ -43,10 +45,15 @@ fn load_plans(args: &PlanArgs) -> anyhow::Result<Plans> {
     Plans::load(args.plans_file.as_deref()).map_err(|e| anyhow!("plans file: {e}"))
 }
 
-fn api_config(plans: &PlanArgs) -> anyhow::Result<ApiConfig> {
+fn api_config(
+    plans: &PlanArgs,
+    cursor: &CursorArgs,
+    backends: &BackendConfig,
+) -> anyhow::Result<ApiConfig> {
     Ok(ApiConfig {
         plans: Arc::new(load_plans(plans)?),
         clock: Arc::new(SystemClock),
+        cursors: services::api::cursor_keys(&cursor.cursor_secret, backends)?,
     })
 }
 
@@ -60,7 +67,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .demo_api_key
         .clone()
         .unwrap_or_else(|| format!("{}{}", keys::KEY_PREFIX, keys::random_hex(32)));
-    let api = api_config(&args.plans)?;
+    let api = api_config(&args.plans, &args.cursor, &args.backends())?;
     if api.plans.get(&args.demo_plan).is_none() {
         bail!("unknown plan {:?} for the demo key", args.demo_plan);
     }
@@ -140,7 +147,7 @@ async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
         max_body_bytes: args.ingest.ingest_max_body_bytes,
         limits: args.ingest.limits(),
     };
-    let backends = Backends::connect(&args.backends()).await?;
+    let backends = Backends::connect(&args.backends()?).await?;
     let listeners = Listeners::bind(args.listen, args.metrics_listen).await?;
     let service =
         services::ingest::build(&cfg, &backends, listeners)?.with_http_limits(args.http.limits());
@@ -161,8 +168,9 @@ async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
 }
 
 async fn api(args: ApiArgs) -> anyhow::Result<()> {
-    let cfg = api_config(&args.plans)?;
-    let backends = Backends::connect(&args.backends()?).await?;
+    let backend_config = args.backends()?;
+    let cfg = api_config(&args.plans, &args.cursor, &backend_config)?;
+    let backends = Backends::connect(&backend_config).await?;
     let listeners = Listeners::bind(args.listen, args.metrics_listen).await?;
     let service = services::api::build(&cfg, &backends, listeners)
         .await?
@@ -171,13 +179,21 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
 }
 
 async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
-    let backends = Backends::connect(&args.backends()).await?;
+    let backends = Backends::connect(&args.backends()?).await?;
     let log = backends.log()?;
-    let limits = args.wire.limits();
+    let catalog = Arc::new(CatalogView::new(backends.store()?, DEFAULT_CATALOG_MAX_AGE));
+    let target = Target {
+        log: log.as_ref(),
+        catalog: &catalog,
+        limits: args.wire.limits(),
+    };
+    // One run's claims across its files: a file's ticks may follow another
+    // file's markets.
+    let mut claims = BatchClaims::default();
     let mut progress = Progress::new(!args.no_progress);
     let (mut lines, mut accepted, mut skipped, mut rejected) = (0, 0, 0, 0);
     for file in &args.files {
-        let report = backfill_file_with(log.as_ref(), file, &mut progress, &limits)
+        let report = backfill_file(&target, &mut claims, file, &mut progress)
             .await
             .map_err(|e| anyhow!(e))?;
         println!(

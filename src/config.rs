@@ -256,6 +256,23 @@ pub struct PlanArgs {
     pub plans_file: Option<PathBuf>,
 }
 
+/// How the API signs its pagination cursors (`api`, `dev`).
+#[derive(Args, Clone, Debug)]
+pub struct CursorArgs {
+    /// Secret that signs pagination cursors (at least 32 bytes, e.g.
+    /// `openssl rand -hex 32`), the same on every API replica. Several,
+    /// comma-separated, for rotation: the first signs, all are accepted.
+    /// Unset: one generated once and kept in the data directory
+    /// (`cursor.secret`); required with the CQL store.
+    #[arg(
+        long,
+        env = "HINDSIGHT_CURSOR_SECRET",
+        hide_env_values = true,
+        value_delimiter = ','
+    )]
+    pub cursor_secret: Vec<String>,
+}
+
 #[derive(Args, Clone, Debug)]
 pub struct IngestOpts {
     /// Bearer token pipelines must send to /ingest/v1 (dev: generated when unset).
@@ -281,6 +298,7 @@ impl IngestOpts {
         hindsight_ingest::http::IngestLimits {
             wire: self.wire.limits(),
             max_listed_rejects: self.ingest_max_listed_rejects,
+            ..Default::default()
         }
     }
 }
@@ -383,6 +401,8 @@ pub struct DevArgs {
     pub projector: ProjectorOpts,
     #[command(flatten)]
     pub plans: PlanArgs,
+    #[command(flatten)]
+    pub cursor: CursorArgs,
     /// The API key dev accepts (generated and printed when unset).
     #[arg(long, env = "HINDSIGHT_DEMO_API_KEY", hide_env_values = true)]
     pub demo_api_key: Option<String>,
@@ -427,6 +447,9 @@ pub struct IngestArgs {
     pub kafka: KafkaArgs,
     #[command(flatten)]
     pub producer: KafkaProducerArgs,
+    /// The store whose catalog lines are checked against.
+    #[command(flatten)]
+    pub scylla: ScyllaArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8081")]
     pub listen: SocketAddr,
     /// Address of /metrics, /livez and /readyz (default: the listen
@@ -440,13 +463,13 @@ pub struct IngestArgs {
 }
 
 impl IngestArgs {
-    pub fn backends(&self) -> BackendConfig {
-        BackendConfig {
+    pub fn backends(&self) -> anyhow::Result<BackendConfig> {
+        Ok(BackendConfig {
             data_dir: self.data.data_dir.clone(),
             kafka: self.kafka.settings(&self.producer, None, None, None),
-            scylla: None,
-            uses: Uses::APPEND,
-        }
+            scylla: self.scylla.config(None, None)?,
+            uses: Uses::INGEST,
+        })
     }
 }
 
@@ -504,6 +527,8 @@ pub struct ApiArgs {
     pub scylla: ScyllaArgs,
     #[command(flatten)]
     pub plans: PlanArgs,
+    #[command(flatten)]
+    pub cursor: CursorArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Address of /metrics, /livez and /readyz (default: the listen
@@ -533,6 +558,9 @@ pub struct BackfillArgs {
     pub kafka: KafkaArgs,
     #[command(flatten)]
     pub producer: KafkaProducerArgs,
+    /// The store whose catalog lines are checked against.
+    #[command(flatten)]
+    pub scylla: ScyllaArgs,
     /// NDJSON files; gzip is detected by content.
     #[arg(required = true)]
     pub files: Vec<PathBuf>,
@@ -544,13 +572,13 @@ pub struct BackfillArgs {
 }
 
 impl BackfillArgs {
-    pub fn backends(&self) -> BackendConfig {
-        BackendConfig {
+    pub fn backends(&self) -> anyhow::Result<BackendConfig> {
+        Ok(BackendConfig {
             data_dir: self.data.data_dir.clone(),
             kafka: self.kafka.settings(&self.producer, None, None, None),
-            scylla: None,
-            uses: Uses::APPEND,
-        }
+            scylla: self.scylla.config(None, None)?,
+            uses: Uses::INGEST,
+        })
     }
 }
 

@@ -3,7 +3,8 @@
 //! two ingest replicas, two projectors in one consumer group, two API
 //! replicas. The same input goes to `hindsight dev` (embedded log and
 //! store), and every `/v1` history and discovery answer of both API
-//! replicas must equal dev's.
+//! replicas must equal dev's. Then cursors continue across the replicas,
+//! and a rate limit holds across them.
 
 mod common;
 use common::cql::{Cql, Keyspace};
@@ -78,7 +79,7 @@ async fn every_service_its_own_process_answers_like_the_embedded_deployment() {
     for (i, port) in ports[..2].iter().enumerate() {
         procs.push(Killed(service(
             &["ingest", "--listen", &format!("127.0.0.1:{port}")],
-            &topics.args(),
+            &[topics.args(), ks.args()].concat(),
             &dir.join(format!("ingest-{i}")),
         )));
     }
@@ -103,19 +104,7 @@ async fn every_service_its_own_process_answers_like_the_embedded_deployment() {
         )));
     }
     // The distributed deployment's key lives in Cassandra.
-    let out = hindsight()
-        .args(["keys", "create", "--org", "e2e", "--plan", "enterprise"])
-        .args(ks.args())
-        .arg("--data-dir")
-        .arg(dir.join("keys"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let key = String::from_utf8(out.stdout).unwrap().trim().to_string();
+    let key = create_key(&ks, &dir, "enterprise");
     let ingests: Vec<String> = ports[..2]
         .iter()
         .map(|p| format!("http://127.0.0.1:{p}"))
@@ -202,5 +191,63 @@ async fn every_service_its_own_process_answers_like_the_embedded_deployment() {
         requests.len(),
         started.elapsed().as_secs_f64()
     );
+
+    // Paging alternately through both replicas: each continues the other's
+    // cursors (they share the cursor secret), and the pages hold every point.
+    let mut points = 0;
+    let mut cursor = String::new();
+    for page in 0.. {
+        let path = format!(
+            "/v1/tokens/e2e0-yes/prices?start_ts={DAY}&end_ts={}&resolution=1m&limit=37{cursor}",
+            DAY + 2 * 86_400
+        );
+        let (status, body) = answer(&apis[page % 2], &key, &path).await;
+        assert_eq!(status, 200, "page {page}: {body}");
+        points += body["data"].as_array().unwrap().len() as i64;
+        match body["metadata"]["next_cursor"].as_str() {
+            Some(c) => cursor = format!("&cursor={c}"),
+            None => break,
+        }
+    }
+    assert_eq!(points, TICKS, "every 1m bucket of e2e0-yes (one tick each)");
+
+    // Rate limits hold across the replicas on the CQL store: a burst split
+    // over both never admits more than the plan (free: 60 a minute; racing
+    // requests at the limit may all be refused), and refused requests leave
+    // no trace: one at a time afterwards, exactly the rest is admitted.
+    let free = create_key(&ks, &dir, "free");
+    let burst = (0..100).map(|i| {
+        let (base, key) = (apis[i % 2].clone(), free.clone());
+        tokio::spawn(async move { answer(&base, &key, "/v1/health").await.0 })
+    });
+    let mut admitted = 0;
+    for call in burst {
+        match call.await.unwrap() {
+            200 => admitted += 1,
+            429 => {}
+            other => panic!("a burst request answered {other}"),
+        }
+    }
+    assert!(admitted <= 60, "{admitted} of 100 admitted");
+    let mut more = 0;
+    loop {
+        match answer(&apis[more % 2], &free, "/v1/health").await.0 {
+            200 => more += 1,
+            429 => break,
+            other => panic!("answered {other}"),
+        }
+    }
+    assert_eq!(admitted + more, 60, "{admitted} in the burst, {more} after");
+    let (_, usage) = answer(&apis[1], &free, "/v1/usage").await;
+    assert_eq!(usage["limits"]["requests_remaining"], 0, "{usage}");
+    eprintln!("rate limit across replicas: {admitted} of a 100-request burst, then {more}");
     drop(procs);
+}
+
+/// A key of `plan` in the keyspace, created with the real CLI.
+fn create_key(ks: &Keyspace, dir: &std::path::Path, plan: &str) -> String {
+    let ks_args = ks.args();
+    let mut args = vec!["create", "--org", "e2e", "--plan", plan];
+    args.extend(ks_args.iter().map(String::as_str));
+    keys_cli(&dir.join("keys"), &args).trim().to_string()
 }

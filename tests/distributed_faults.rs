@@ -166,7 +166,7 @@ async fn the_broker_sigkilled_during_ingest_and_restarted_loses_no_acknowledged_
             "--kafka-delivery-timeout-ms",
             "3000",
         ],
-        &topics.args(),
+        &[topics.args(), ks.args()].concat(),
         &dir.join("ingest"),
     ));
     let _projector = Killed(service(

@@ -25,7 +25,7 @@ async fn partitions_move_between_live_projectors_without_loss_or_double_counting
     let port = free_port();
     let _ingest = Killed(service(
         &["ingest", "--listen", &format!("127.0.0.1:{port}")],
-        &topics.args(),
+        &[topics.args(), ks.args()].concat(),
         &dir.join("ingest"),
     ));
     let store_args = [topics.consumer_args(), ks.args()].concat();

@@ -241,6 +241,14 @@ async fn every_metric_family_is_listed_from_start_with_zero_counters() {
         );
         assert!(body.contains(&series), "no {series}");
     }
+    for reason in hindsight_schemas::wire::RejectKind::CATALOG {
+        let series = format!(
+            "{}{{reason=\"{}\"}} 0\n",
+            hindsight_telemetry::PROJECTOR_NOT_FOLDED,
+            reason.label()
+        );
+        assert!(body.contains(&series), "no {series}");
+    }
     for series in [
         "hindsight_api_rate_limited_total 0\n",
         "hindsight_api_forbidden_total{reason=\"lookback\"} 0\n",

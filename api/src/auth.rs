@@ -1,9 +1,14 @@
-//! Authentication and rate limiting, as one middleware in front of `/v1`.
+//! Authentication and rate limiting: two middlewares in front of `/v1`.
 //!
-//! `X-API-Key` is hashed and looked up; a missing or unknown key is refused
-//! (401) before any handler runs, and so is a key over its plan's
-//! requests-per-minute (429). The authenticated [`Caller`] is handed to the
-//! handler as an extractor, and the response gets the rate-limit headers.
+//! - [`authenticate`] guards every `/v1` route: `X-API-Key` is hashed and
+//!   looked up; a missing or unknown key is refused (401) before any handler
+//!   runs. The authenticated [`Caller`] is handed on as an extractor.
+//! - [`meter`] guards every route but `/v1/usage`: it takes a hit in the
+//!   key's sliding window, shared by every API replica through the
+//!   [`AuthStore`](hindsight_contracts::AuthStore), refuses a key over its
+//!   plan's requests per minute (429), and adds the rate-limit headers.
+//!   `/v1/usage` is not metered, so a limited key can always see where it
+//!   stands ([`standing`]) and when it may resume.
 
 use crate::error::ApiError;
 use crate::plans::Plan;
@@ -18,15 +23,11 @@ use hindsight_schemas::Timestamp;
 use hindsight_telemetry as tm;
 use subtle::ConstantTimeEq;
 
-/// Length of a rate-limit window.
-pub const WINDOW_MS: i64 = 60_000;
-
 /// The authenticated caller of a `/v1` request.
 #[derive(Debug, Clone)]
 pub struct Caller {
     pub key: ApiKeyRecord,
     pub plan: Plan,
-    pub rate: RateState,
     /// When the request was authenticated, from the API's clock: its rate
     /// window and its plan's lookback are measured from this instant.
     pub now: Timestamp,
@@ -68,61 +69,54 @@ async fn identify(state: &ApiState, parts: &Parts) -> Result<(ApiKeyRecord, Plan
     Ok((key, plan))
 }
 
-/// Counts the request in the key's window, shared by every API process.
-async fn count(
-    state: &ApiState,
-    key: &ApiKeyRecord,
-    plan: &Plan,
-    now: Timestamp,
-) -> Result<RateState, ApiError> {
-    let now = now.millis();
-    let window = now.div_euclid(WINDOW_MS) * WINDOW_MS;
-    let reset_at = (window + WINDOW_MS) / 1000;
-    let Some(limit) = plan.requests_per_minute else {
-        return Ok(RateState {
-            limit: None,
-            used: 0,
-            reset_at,
-        });
-    };
-    let used = state
-        .keys
-        .hit_window(&key.key_id, Timestamp(window))
-        .await?;
-    let rate = RateState {
-        limit: Some(limit),
-        used,
-        reset_at,
-    };
-    if used > limit as u64 {
-        metrics::counter!(tm::API_RATE_LIMITED).increment(1);
-        return Err(ApiError::RateLimited {
-            retry_after: ((reset_at * 1000 - now + 999) / 1000).max(1) as u64,
-            rate,
-        });
-    }
-    Ok(rate)
-}
-
-/// The `/v1` guard: authenticate, count, run the handler, add headers.
+/// The `/v1` guard: authenticate, then run the route with its [`Caller`].
 pub async fn authenticate(State(state): State<ApiState>, request: Request, next: Next) -> Response {
     let (mut parts, body) = request.into_parts();
     let now = state.clock.now();
-    let caller = match identify(&state, &parts).await {
-        Ok((key, plan)) => match count(&state, &key, &plan, now).await {
-            Ok(rate) => Caller {
-                key,
-                plan,
-                rate,
-                now,
-            },
-            Err(e) => return e.into_response(),
-        },
+    let (key, plan) = match identify(&state, &parts).await {
+        Ok(found) => found,
         Err(e) => return e.into_response(),
     };
-    let rate = caller.rate;
-    parts.extensions.insert(caller);
-    let mut response = next.run(Request::from_parts(parts, body)).await;
+    parts.extensions.insert(Caller { key, plan, now });
+    next.run(Request::from_parts(parts, body)).await
+}
+
+/// The guard of metered routes (every route but `/v1/usage`, inside
+/// [`authenticate`]): takes a hit for the caller, 429 when its plan's limit
+/// is reached, the rate-limit headers on the answer otherwise.
+pub async fn meter(
+    State(state): State<ApiState>,
+    caller: Caller,
+    request: Request,
+    next: Next,
+) -> Response {
+    let Some(limit) = caller.plan.requests_per_minute else {
+        return next.run(request).await;
+    };
+    let taken = match state
+        .keys
+        .take_hit(&caller.key.key_id, caller.now, limit)
+        .await
+    {
+        Ok(taken) => taken,
+        Err(e) => return ApiError::from(e).into_response(),
+    };
+    let rate = RateState::of(limit, &taken.hits, caller.now);
+    if !taken.admitted {
+        metrics::counter!(tm::API_RATE_LIMITED).increment(1);
+        return ApiError::RateLimited(rate).into_response();
+    }
+    let mut response = next.run(request).await;
     rate_headers(&mut response, &rate);
     response
+}
+
+/// Where the caller stands, without counting a request; `None` on
+/// unlimited plans.
+pub async fn standing(state: &ApiState, caller: &Caller) -> Result<Option<RateState>, ApiError> {
+    let Some(limit) = caller.plan.requests_per_minute else {
+        return Ok(None);
+    };
+    let hits = state.keys.rate_hits(&caller.key.key_id, caller.now).await?;
+    Ok(Some(RateState::of(limit, &hits, caller.now)))
 }

@@ -1,65 +1,135 @@
-//! Opaque pagination cursors.
+//! Opaque pagination cursors, signed and bound to the request they continue.
 //!
 //! - History: the next bucket start.
-//! - Lists: the sort position `(key, id)` of the last item of the page, with
-//!   the list, sort field and order it belongs to.
+//! - Lists: the sort position `(key, id)` of the last item of the page.
 //!
-//! Both carry a check value, so a damaged or hand-edited cursor, or one from
-//! another list or sort, is refused with 400 "Invalid pagination cursor"
-//! rather than read as some other position.
+//! A cursor is `prefix || hex(payload) || hex(tag)`, the tag a 128-bit
+//! HMAC-SHA256 under the API's cursor secret over the payload and the
+//! cursor's [`Scope`]: the route, and what fixes the result set (history:
+//! the token or market id the path resolved to, `start_ts`, `end_ts`,
+//! `resolution`; lists: sort, order and every filter). A cursor that was
+//! edited, made up, or taken from another route, series, range, resolution
+//! or list is refused (400) rather than read as some other position.
+//! `limit` is not bound, so a client may change its page size while paging,
+//! and a market's cursor continues whether the path names it by id or slug.
+//!
+//! The secret ([`CursorKeys`]) is configuration, the same on every API
+//! replica, so that any replica continues any replica's cursor. Several
+//! secrets may be given for rotation: the first signs, all verify.
 
 use hindsight_schemas::Timestamp;
-use sha2::{Digest, Sha256};
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+use std::sync::Arc;
 
-fn check(kind: &[u8], payload: &[u8]) -> [u8; 4] {
-    let digest = Sha256::new()
-        .chain_update(b"hindsight cursor v1\0")
-        .chain_update(kind)
-        .chain_update(payload)
-        .finalize();
-    [digest[0], digest[1], digest[2], digest[3]]
+type HmacSha256 = Hmac<Sha256>;
+
+/// Shortest secret accepted: 32 bytes, e.g. `openssl rand -hex 32` (64).
+pub const MIN_SECRET_LEN: usize = 32;
+/// Bytes of the tag kept: 128 bits, beyond guessing.
+const TAG_LEN: usize = 16;
+/// Domain separation: a tag of anything else never verifies as a cursor's.
+const DOMAIN: &[u8] = b"hindsight cursor v2\0";
+
+/// The secrets cursors are signed with: the first signs, every one verifies.
+#[derive(Clone)]
+pub struct CursorKeys {
+    macs: Arc<[HmacSha256]>,
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The inverse of [`hex`], and only of it: lowercase digits. (`from_str_radix`
-/// alone also takes `A`-`F` and a `+` sign, so `+f` or `FF` would spell the
-/// same cursor as `0f` or `ff`: an edited cursor accepted.)
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    let lower_hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
-    if !text.len().is_multiple_of(2) || !text.bytes().all(lower_hex) {
-        return None;
+impl std::fmt::Debug for CursorKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CursorKeys({} secrets)", self.macs.len())
     }
-    (0..text.len() / 2)
-        .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok())
-        .collect()
 }
 
-/// `prefix` + hex(payload) + hex(check(prefix, payload)).
-fn seal(prefix: &str, payload: &[u8]) -> String {
-    format!(
-        "{prefix}{}{}",
-        hex(payload),
-        hex(&check(prefix.as_bytes(), payload))
-    )
+impl CursorKeys {
+    /// At least one secret, each at least [`MIN_SECRET_LEN`] bytes.
+    pub fn new<S: AsRef<[u8]>>(secrets: &[S]) -> Result<Self, String> {
+        if secrets.is_empty() {
+            return Err("no cursor secret given".into());
+        }
+        let macs = secrets
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                let s = s.as_ref();
+                if s.len() < MIN_SECRET_LEN {
+                    return Err(format!(
+                        "cursor secret {} is {} bytes; at least {MIN_SECRET_LEN} are needed \
+                         (generate one with `openssl rand -hex 32`)",
+                        i + 1,
+                        s.len()
+                    ));
+                }
+                Ok(HmacSha256::new_from_slice(s).expect("HMAC takes a key of any length"))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        Ok(CursorKeys { macs: macs.into() })
+    }
+
+    fn mac(mac: &HmacSha256, prefix: &str, scope: &Scope, payload: &[u8]) -> HmacSha256 {
+        let mut mac = mac.clone();
+        mac.update(DOMAIN);
+        mac.update(prefix.as_bytes());
+        mac.update(&(scope.0.len() as u64).to_be_bytes());
+        mac.update(&scope.0);
+        mac.update(payload);
+        mac
+    }
+
+    fn seal(&self, prefix: &str, scope: &Scope, payload: &[u8]) -> String {
+        let tag = Self::mac(&self.macs[0], prefix, scope, payload).finalize();
+        format!(
+            "{prefix}{}{}",
+            hex(payload),
+            hex(&tag.into_bytes()[..TAG_LEN])
+        )
+    }
+
+    fn open(&self, prefix: &str, scope: &Scope, cursor: &str) -> Option<Vec<u8>> {
+        let bytes = unhex(cursor.strip_prefix(prefix)?)?;
+        let (payload, tag) = bytes.split_at(bytes.len().checked_sub(TAG_LEN)?);
+        self.macs
+            .iter()
+            .any(|m| {
+                Self::mac(m, prefix, scope, payload)
+                    .verify_truncated_left(tag)
+                    .is_ok()
+            })
+            .then(|| payload.to_vec())
+    }
 }
 
-fn open(prefix: &str, cursor: &str) -> Option<Vec<u8>> {
-    let bytes = unhex(cursor.strip_prefix(prefix)?)?;
-    let (payload, sum) = bytes.split_at(bytes.len().checked_sub(4)?);
-    (check(prefix.as_bytes(), payload) == sum).then(|| payload.to_vec())
+/// What a cursor is valid for: a route and named values, in an unambiguous
+/// encoding (every part length-prefixed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Scope(Vec<u8>);
+
+impl Scope {
+    /// The route, as its template (`/v1/tokens/{token_id}/prices`).
+    pub fn new(route: &str) -> Self {
+        Scope(Vec::new()).with("route", route)
+    }
+
+    pub fn with(mut self, name: &str, value: &str) -> Self {
+        for part in [name, value] {
+            self.0.extend_from_slice(&(part.len() as u64).to_be_bytes());
+            self.0.extend_from_slice(part.as_bytes());
+        }
+        self
+    }
 }
 
-pub fn encode_history(next: Timestamp) -> String {
-    seal("h1", &next.0.to_be_bytes())
+/// Seals and opens the cursors of one request: its keys and its scope.
+#[derive(Debug, Clone)]
+pub struct Pager {
+    keys: CursorKeys,
+    scope: Scope,
 }
 
-pub fn decode_history(cursor: &str) -> Option<Timestamp> {
-    let payload = open("h1", cursor)?;
-    Some(Timestamp(i64::from_be_bytes(payload.try_into().ok()?)))
-}
+const HISTORY: &str = "h2";
+const LIST: &str = "l2";
 
 /// Where a list page ended.
 #[derive(Debug, Clone, PartialEq)]
@@ -68,91 +138,231 @@ pub struct ListCursor {
     pub id: String,
 }
 
-/// `scope` names the list, sort field and order (e.g. `markets:updated_at:desc`).
-pub fn encode_list(scope: &str, c: &ListCursor) -> String {
-    let payload = serde_json::json!({ "s": scope, "k": c.key, "i": c.id });
-    seal("l1", payload.to_string().as_bytes())
+impl Pager {
+    pub fn new(keys: CursorKeys, scope: Scope) -> Self {
+        Pager { keys, scope }
+    }
+
+    pub fn history(&self, next: Timestamp) -> String {
+        self.keys.seal(HISTORY, &self.scope, &next.0.to_be_bytes())
+    }
+
+    pub fn history_from(&self, cursor: &str) -> Option<Timestamp> {
+        let payload = self.keys.open(HISTORY, &self.scope, cursor)?;
+        Some(Timestamp(i64::from_be_bytes(payload.try_into().ok()?)))
+    }
+
+    /// Payload: `0 || id` without a sort key, `1 || key || id` with one.
+    pub fn list(&self, c: &ListCursor) -> String {
+        let mut payload = match c.key {
+            None => vec![0],
+            Some(k) => [&[1][..], &k.to_be_bytes()].concat(),
+        };
+        payload.extend_from_slice(c.id.as_bytes());
+        self.keys.seal(LIST, &self.scope, &payload)
+    }
+
+    pub fn list_after(&self, cursor: &str) -> Option<ListCursor> {
+        let payload = self.keys.open(LIST, &self.scope, cursor)?;
+        let (key, id) = match payload.split_first()? {
+            (0, id) => (None, id),
+            (1, rest) if rest.len() >= 8 => {
+                let (k, id) = rest.split_at(8);
+                (Some(i64::from_be_bytes(k.try_into().ok()?)), id)
+            }
+            _ => return None,
+        };
+        Some(ListCursor {
+            key,
+            id: String::from_utf8(id.to_vec()).ok()?,
+        })
+    }
 }
 
-pub fn decode_list(scope: &str, cursor: &str) -> Option<ListCursor> {
-    let payload = open("l1", cursor)?;
-    let v: serde_json::Value = serde_json::from_slice(&payload).ok()?;
-    if v["s"] != scope {
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The inverse of [`hex`], and only of it: pairs of lowercase digits. The
+/// MAC authenticates the bytes; this makes the text one-to-one with them, so
+/// only the exact text the API wrote is accepted, never another spelling of
+/// its bytes (`FF` or `+f` for `ff` or `0f`, as `from_str_radix` would take).
+fn unhex(text: &str) -> Option<Vec<u8>> {
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    };
+    let pairs = text.as_bytes().chunks_exact(2);
+    if !pairs.remainder().is_empty() {
         return None;
     }
-    let key = match &v["k"] {
-        serde_json::Value::Null => None,
-        k => Some(k.as_i64()?),
-    };
-    Some(ListCursor {
-        key,
-        id: v["i"].as_str()?.to_string(),
-    })
+    pairs
+        .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
+        .collect()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    const SECRET: &str = "0123456789abcdef0123456789abcdef";
+    const OTHER: &str = "fedcba9876543210fedcba9876543210";
+
+    fn keys(secrets: &[&str]) -> CursorKeys {
+        CursorKeys::new(secrets).unwrap()
+    }
+
+    fn prices(token: &str, resolution: &str) -> Scope {
+        Scope::new("/v1/tokens/{token_id}/prices")
+            .with("id", token)
+            .with("start_ts", "1756684800000")
+            .with("end_ts", "1756771200000")
+            .with("resolution", resolution)
+    }
+
     #[test]
     fn history_cursors_round_trip_and_refuse_tampering() {
-        let t = Timestamp(1_756_684_800_000);
-        let c = encode_history(t);
-        assert_eq!(decode_history(&c), Some(t));
-        let mut forged = c.clone().into_bytes();
-        forged[10] = if forged[10] == b'0' { b'1' } else { b'0' };
-        assert_eq!(decode_history(std::str::from_utf8(&forged).unwrap()), None);
-        for bad in ["garbage", "", "h1", "h1zz", &c[..c.len() - 1]] {
-            assert_eq!(decode_history(bad), None, "{bad}");
+        let pager = Pager::new(keys(&[SECRET]), prices("t1", "1h"));
+        let t = Timestamp(1_756_688_400_000);
+        let c = pager.history(t);
+        assert_eq!(pager.history_from(&c), Some(t));
+        // Every single-character edit is refused.
+        for i in 2..c.len() {
+            let mut forged = c.clone().into_bytes();
+            forged[i] = if forged[i] == b'0' { b'1' } else { b'0' };
+            let forged = String::from_utf8(forged).unwrap();
+            assert_eq!(pager.history_from(&forged), None, "edit at {i}: {forged}");
+        }
+        for bad in [
+            "garbage",
+            "",
+            "h2",
+            "h2zz",
+            &c[..c.len() - 1],
+            &c[..c.len() - 2],
+        ] {
+            assert_eq!(pager.history_from(bad), None, "{bad}");
         }
     }
 
     /// Found by the `cursor` fuzz target: `h1ffffFfff…` (one digit in
-    /// uppercase) decoded as the cursor `h1ffffffff…`.
+    /// uppercase) decoded as the cursor `h1ffffffff…`. A signed cursor would
+    /// still verify so (the MAC is over the bytes): hex decodes only as
+    /// written.
     #[test]
     fn only_the_exact_text_written_decodes() {
-        let c = encode_history(Timestamp(-1));
-        assert!(c.starts_with("h1ffff"), "{c}");
-        assert_eq!(decode_history(&c), Some(Timestamp(-1)));
-        let upper = format!("h1ffffF{}", &c[7..]);
-        assert_eq!(decode_history(&upper), None, "{upper}");
-        assert_eq!(
-            decode_history(&c.to_uppercase().replacen("H", "h", 1)),
-            None
-        );
+        let pager = Pager::new(keys(&[SECRET]), prices("t1", "1h"));
+        let c = pager.history(Timestamp(-1));
+        assert!(c.starts_with("h2ffff"), "{c}");
+        assert_eq!(pager.history_from(&c), Some(Timestamp(-1)));
+        let upper = format!("h2ffffF{}", &c[7..]);
+        assert_eq!(pager.history_from(&upper), None, "{upper}");
+        let all_upper = c.to_uppercase().replacen('H', "h", 1);
+        assert_eq!(pager.history_from(&all_upper), None, "{all_upper}");
         // `+f` is 0x0f to from_str_radix.
-        let t = encode_history(Timestamp(15));
+        let t = pager.history(Timestamp(15));
         let plus = t.replacen("0f", "+f", 1);
         assert_ne!(plus, t);
-        assert_eq!(decode_history(&plus), None, "{plus}");
-        let list = encode_list(
-            "s",
-            &ListCursor {
-                key: None,
-                id: "x".into(),
-            },
-        );
-        assert_eq!(
-            decode_list("s", &list.to_uppercase().replacen("L", "l", 1)),
-            None
-        );
+        assert_eq!(pager.history_from(&plus), None, "{plus}");
+        let list = Pager::new(keys(&[SECRET]), Scope::new("/v1/series"));
+        let c = list.list(&ListCursor {
+            key: None,
+            id: "x".into(),
+        });
+        assert!(list.list_after(&c).is_some());
+        let upper = c.to_uppercase().replacen('L', "l", 1);
+        assert_eq!(list.list_after(&upper), None, "{upper}");
     }
 
     #[test]
-    fn list_cursors_are_bound_to_their_list_and_sort() {
-        let c = ListCursor {
+    fn a_cursor_is_refused_on_another_token_route_range_or_resolution() {
+        let keys = keys(&[SECRET]);
+        let t = Timestamp(1_756_688_400_000);
+        let c = Pager::new(keys.clone(), prices("t1", "1h")).history(t);
+        let elsewhere = [
+            prices("t2", "1h"),
+            prices("t1", "1m"),
+            Scope::new("/v1/tokens/{token_id}/books")
+                .with("id", "t1")
+                .with("start_ts", "1756684800000")
+                .with("end_ts", "1756771200000")
+                .with("resolution", "1h"),
+            Scope::new("/v1/tokens/{token_id}/prices")
+                .with("id", "t1")
+                .with("start_ts", "1756684800000")
+                .with("end_ts", "1756771200001")
+                .with("resolution", "1h"),
+            // Parts cannot be shifted between fields.
+            Scope::new("/v1/tokens/{token_id}/prices")
+                .with("id", "t1")
+                .with("start_ts", "1756684800000end_ts")
+                .with("", "1756771200000")
+                .with("resolution", "1h"),
+        ];
+        for scope in elsewhere {
+            assert_eq!(
+                Pager::new(keys.clone(), scope.clone()).history_from(&c),
+                None,
+                "{scope:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn only_the_configured_secrets_verify_and_the_first_signs() {
+        let t = Timestamp(1_756_688_400_000);
+        let signed = Pager::new(keys(&[SECRET]), prices("t1", "1h")).history(t);
+        let other = Pager::new(keys(&[OTHER]), prices("t1", "1h"));
+        assert_eq!(other.history_from(&signed), None);
+        // Rotation: the new secret signs, the old one still verifies.
+        let rotating = Pager::new(keys(&[OTHER, SECRET]), prices("t1", "1h"));
+        assert_eq!(rotating.history_from(&signed), Some(t));
+        assert_eq!(rotating.history(t), other.history(t));
+    }
+
+    #[test]
+    fn list_cursors_round_trip_and_are_not_history_cursors() {
+        let scope = Scope::new("/v1/markets")
+            .with("sort", "updated_at")
+            .with("order", "desc");
+        let pager = Pager::new(keys(&[SECRET]), scope.clone());
+        for c in [
+            ListCursor {
+                key: Some(42),
+                id: "m-1".into(),
+            },
+            ListCursor {
+                key: None,
+                id: "x".into(),
+            },
+            ListCursor {
+                key: Some(-1),
+                id: String::new(),
+            },
+        ] {
+            let sealed = pager.list(&c);
+            assert_eq!(pager.list_after(&sealed), Some(c));
+            assert_eq!(pager.history_from(&sealed), None);
+        }
+        let asc = Pager::new(
+            keys(&[SECRET]),
+            Scope::new("/v1/markets")
+                .with("sort", "updated_at")
+                .with("order", "asc"),
+        );
+        let c = pager.list(&ListCursor {
             key: Some(42),
             id: "m-1".into(),
-        };
-        let s = encode_list("markets:updated_at:desc", &c);
-        assert_eq!(decode_list("markets:updated_at:desc", &s), Some(c));
-        assert_eq!(decode_list("markets:updated_at:asc", &s), None);
-        assert_eq!(decode_list("series:updated_at:desc", &s), None);
-        let null = ListCursor {
-            key: None,
-            id: "x".into(),
-        };
-        assert_eq!(decode_list("e", &encode_list("e", &null)), Some(null));
-        assert_eq!(decode_history(&s), None);
+        });
+        assert_eq!(asc.list_after(&c), None);
+    }
+
+    #[test]
+    fn secrets_must_be_long_enough() {
+        assert!(CursorKeys::new::<&str>(&[]).is_err());
+        let short = CursorKeys::new(&["too short"]).unwrap_err();
+        assert!(short.contains("at least 32"), "{short}");
+        assert!(CursorKeys::new(&[SECRET, "short"]).is_err());
     }
 }

@@ -42,8 +42,8 @@ pub enum ApiError {
     BadRequest(String),
     /// 422: parameters failed schema validation.
     Validation(Vec<ValidationIssue>),
-    /// 429, with seconds until the window resets.
-    RateLimited { retry_after: u64, rate: RateState },
+    /// 429: the caller's window is full; `Retry-After` says when one more fits.
+    RateLimited(RateState),
     /// 500: the cause is logged (by [`report_internal_errors`]), never sent.
     Internal(Internal),
 }
@@ -86,13 +86,18 @@ impl ApiError {
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
-            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
-    pub fn invalid_cursor() -> Self {
-        ApiError::BadRequest(INVALID_CURSOR.into())
+    /// 400 for a `cursor` this API did not issue for the request: `bound`
+    /// says what it must match (docs/SPEC.md §7 knows the text's start).
+    pub fn invalid_cursor(bound: &str) -> Self {
+        ApiError::BadRequest(format!(
+            "{INVALID_CURSOR}: the `cursor` parameter must be a `metadata.next_cursor` \
+             returned for {bound}, passed back unchanged"
+        ))
     }
 
     /// A 500 for a broken assumption, described for the log.
@@ -131,7 +136,7 @@ impl IntoResponse for ApiError {
                 detail
             }
             ApiError::NotFound(m) | ApiError::BadRequest(m) => m,
-            ApiError::RateLimited { retry_after, rate } => {
+            ApiError::RateLimited(rate) => {
                 let mut r = (
                     status,
                     Json(ErrorResponse {
@@ -140,7 +145,7 @@ impl IntoResponse for ApiError {
                 )
                     .into_response();
                 r.headers_mut()
-                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
+                    .insert(header::RETRY_AFTER, HeaderValue::from(rate.retry_after));
                 rate_headers(&mut r, &rate);
                 return r;
             }

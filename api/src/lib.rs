@@ -4,6 +4,7 @@
 //! - [`rate`]: the caller's rate window and its headers.
 //! - [`plans`]: what each plan allows.
 //! - [`auth`]: `X-API-Key` → the caller's key and plan, and rate limits.
+//! - [`cursor`]: signed pagination cursors, bound to their request.
 //! - [`query`]: query parameters, validated in extractors.
 //! - [`catalog`]: the in-memory catalog behind the discovery lists.
 //! - [`routes`]: the handlers, which read as the happy path.
@@ -26,7 +27,7 @@ pub mod query;
 pub mod rate;
 pub mod routes;
 
-use axum::extract::{MatchedPath, Request};
+use axum::extract::{FromRef, MatchedPath, Request};
 use axum::http::{HeaderName, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -47,12 +48,21 @@ pub struct ApiState {
     pub catalog: Arc<Catalog>,
     /// "Now" for rate-limit windows and plan lookback (tests move it).
     pub clock: Arc<dyn hindsight_schemas::time::Clock>,
+    /// Signs and checks pagination cursors; the same on every replica.
+    pub cursors: cursor::CursorKeys,
+}
+
+/// The query extractors seal and open cursors with the API's keys.
+impl FromRef<ApiState> for cursor::CursorKeys {
+    fn from_ref(state: &ApiState) -> Self {
+        state.cursors.clone()
+    }
 }
 
 pub fn router(state: ApiState) -> Router {
-    let v1 = Router::new()
+    // Every route but /v1/usage counts against the key's rate limit.
+    let metered = Router::new()
         .route("/v1/health", get(routes::health))
-        .route("/v1/usage", get(routes::usage))
         .route("/v1/series", get(discovery::list_series))
         .route("/v1/events", get(discovery::list_events))
         .route("/v1/markets", get(discovery::list_markets))
@@ -69,6 +79,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/tokens/{token_id}/prices", get(history::token_prices))
         .route("/v1/markets/{id_or_slug}/books", get(history::market_books))
         .route("/v1/tokens/{token_id}/books", get(history::token_books))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth::meter));
+    let v1 = Router::new()
+        .route("/v1/usage", get(routes::usage))
+        .merge(metered)
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::authenticate,

@@ -6,11 +6,16 @@
 //! Schema failures (missing, wrong type, out of bounds, bad enum) are 422 in
 //! FastAPI's shape, every failed parameter listed; bad timestamps, date
 //! ranges, history limits above 200 and cursors are 400 (docs/SPEC.md §7).
+//!
+//! A query that pages keeps its `cursor` raw with the cursor keys: the
+//! handler binds it to its route (and, for history, the token or market it
+//! resolved) with `q.page(…)`, which opens the cursor (400 if it was not
+//! issued for this route, series and parameters) and seals the next one.
 
 use crate::catalog::{SortField, SortOrder};
-use crate::cursor::{self, ListCursor};
+use crate::cursor::{CursorKeys, ListCursor, Pager, Scope};
 use crate::error::{issue, ApiError};
-use axum::extract::{FromRequestParts, Query};
+use axum::extract::{FromRef, FromRequestParts, Query};
 use axum::http::request::Parts;
 use hindsight_contracts::Range;
 use hindsight_schemas::api::ValidationIssue;
@@ -226,31 +231,71 @@ pub struct HistoryQuery {
     /// Max points per page (market-level routes: across all tokens).
     #[param(value_type = Option<i64>, minimum = 1, maximum = 200, default = 100)]
     pub limit: usize,
-    /// Opaque, from a previous `metadata.next_cursor`.
-    // Decoded: where the previous page stopped, within `start..=end`.
-    #[param(value_type = Option<String>)]
-    pub cursor: Option<Timestamp>,
+    /// Opaque: a previous `metadata.next_cursor` of this route and token
+    /// (or market) with the same `start_ts`, `end_ts` and `resolution`.
+    // Raw: opened by `page`, once the handler knows its route and series.
+    cursor: Option<String>,
+    #[param(ignore)]
+    keys: CursorKeys,
+}
+
+/// One page of a history series: where it starts, and how the next
+/// page's cursor is sealed.
+#[derive(Debug, Clone)]
+pub struct HistoryPage {
+    pub from: Timestamp,
+    pager: Pager,
+}
+
+impl HistoryPage {
+    pub fn next_cursor(&self, next: Timestamp) -> String {
+        self.pager.history(next)
+    }
 }
 
 impl HistoryQuery {
-    /// Where this page starts: the cursor's position, or `start`.
-    pub fn from(&self) -> Timestamp {
-        self.cursor.unwrap_or(self.start)
+    /// This query's page of `route` for the series `id` (the resolved token
+    /// or market id): from its cursor, which must have been issued for that
+    /// route, series, range and resolution, or from `start`.
+    pub fn page(&self, route: &str, id: &str) -> Result<HistoryPage, ApiError> {
+        let scope = Scope::new(route)
+            .with("id", id)
+            .with("start_ts", &self.start.millis().to_string())
+            .with("end_ts", &self.end.millis().to_string())
+            .with("resolution", self.resolution.as_str());
+        let pager = Pager::new(self.keys.clone(), scope);
+        // Only this API signs cursors, and only with positions inside the
+        // range; the range check keeps even a leaked secret from reaching
+        // before `start_ts`, which the plan's lookback was checked on.
+        let from = match self.cursor.as_deref().map(|c| pager.history_from(c)) {
+            None => self.start,
+            Some(Some(t)) if t >= self.start && t <= self.end => t,
+            Some(_) => {
+                return Err(ApiError::invalid_cursor(
+                    "this route and token (or market) with the same `start_ts`, `end_ts` and `resolution`",
+                ))
+            }
+        };
+        Ok(HistoryPage { from, pager })
     }
 
-    /// The store range for a page of `per_series` points from one series,
+    /// The store range for `page` with `per_series` points from one series,
     /// one more than asked so the handler can tell whether more follow.
-    pub fn range(&self, per_series: usize) -> Range {
+    pub fn range(&self, page: &HistoryPage, per_series: usize) -> Range {
         Range {
             res: self.resolution,
-            start: self.from(),
+            start: page.from,
             end: self.end,
             limit: per_series + 1,
         }
     }
 }
 
-impl<S: Send + Sync> FromRequestParts<S> for HistoryQuery {
+impl<S> FromRequestParts<S> for HistoryQuery
+where
+    S: Send + Sync,
+    CursorKeys: FromRef<S>,
+{
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
@@ -288,19 +333,13 @@ impl<S: Send + Sync> FromRequestParts<S> for HistoryQuery {
         if start > end {
             return Err(ApiError::BadRequest("start_ts must be <= end_ts".into()));
         }
-        let cursor = match q.non_empty("cursor") {
-            None => None,
-            Some(c) => match cursor::decode_history(c) {
-                Some(t) if t >= start && t <= end => Some(t),
-                _ => return Err(ApiError::invalid_cursor()),
-            },
-        };
         Ok(HistoryQuery {
             start,
             end,
             resolution,
             limit,
-            cursor,
+            cursor: q.non_empty("cursor").map(str::to_string),
+            keys: CursorKeys::from_ref(state),
         })
     }
 }
@@ -311,6 +350,8 @@ impl<S: Send + Sync> FromRequestParts<S> for HistoryQuery {
 /// ([`ListQuery`]): parsed with them, so one 422 lists every failure.
 pub trait ListFilter: Sized + Send {
     fn parse(q: &QueryPairs, errors: &mut Vec<ValidationIssue>) -> Self;
+    /// Binds the list's cursors to the filter's values.
+    fn bind(&self, scope: Scope) -> Scope;
 }
 
 /// `/v1/series` has no filter of its own.
@@ -320,6 +361,9 @@ pub struct NoFilter;
 impl ListFilter for NoFilter {
     fn parse(_: &QueryPairs, _: &mut Vec<ValidationIssue>) -> Self {
         NoFilter
+    }
+    fn bind(&self, scope: Scope) -> Scope {
+        scope
     }
 }
 
@@ -340,6 +384,14 @@ impl ListFilter for EventFilter {
             series_slug: id_param(q, "series_slug", errors),
         }
     }
+    fn bind(&self, scope: Scope) -> Scope {
+        scope
+            .with("series_id", self.series_id.as_deref().unwrap_or_default())
+            .with(
+                "series_slug",
+                self.series_slug.as_deref().unwrap_or_default(),
+            )
+    }
 }
 
 /// Filters of `/v1/markets`.
@@ -358,6 +410,11 @@ impl ListFilter for MarketFilter {
             event_id: id_param(q, "event_id", errors),
             event_slug: id_param(q, "event_slug", errors),
         }
+    }
+    fn bind(&self, scope: Scope) -> Scope {
+        scope
+            .with("event_id", self.event_id.as_deref().unwrap_or_default())
+            .with("event_slug", self.event_slug.as_deref().unwrap_or_default())
     }
 }
 
@@ -404,8 +461,9 @@ pub struct ListQuery<F = NoFilter> {
     pub search: Option<String>,
     #[param(value_type = Option<i64>, minimum = 1, maximum = 1000, default = 100)]
     pub limit: usize,
-    /// Opaque, from a previous `metadata.next_cursor`.
-    // Raw: its scope is checked against the list by `ListQuery::cursor`.
+    /// Opaque: a previous `metadata.next_cursor` of this list with the same
+    /// `sort`, `order` and filters.
+    // Raw: opened by `page`.
     cursor: Option<String>,
     /// Keep items with `start_date` >= value (ISO 8601 date or date-time).
     #[param(value_type = Option<String>)]
@@ -427,28 +485,54 @@ pub struct ListQuery<F = NoFilter> {
     pub order: SortOrder,
     #[param(ignore)]
     pub filter: F,
+    #[param(ignore)]
+    keys: CursorKeys,
+}
+
+/// One page of a list: the position to resume after, and how the next
+/// page's cursor is sealed.
+#[derive(Debug, Clone)]
+pub struct ListPage {
+    pub after: Option<ListCursor>,
+    pager: Pager,
+}
+
+impl ListPage {
+    pub fn next_cursor(&self, last: &ListCursor) -> String {
+        self.pager.list(last)
+    }
+}
+
+impl<F: ListFilter> ListQuery<F> {
+    /// This query's page of the list at `route`: after its cursor, which
+    /// must have been issued for that list with the same sort, order and
+    /// filters (tags in any order), or from the first item.
+    pub fn page(&self, route: &str) -> Result<ListPage, ApiError> {
+        let ms = |d: Option<Timestamp>| d.map(|t| t.millis().to_string()).unwrap_or_default();
+        let mut tags = self.tags.clone();
+        tags.sort();
+        let scope = Scope::new(route)
+            .with("sort", self.sort.as_str())
+            .with("order", QueryEnum::as_str(self.order))
+            .with("search", self.search.as_deref().unwrap_or_default())
+            .with("tags", &tags.join(","))
+            .with("tags_match", QueryEnum::as_str(self.tags_match))
+            .with("start_date_min", &ms(self.start_date_min))
+            .with("start_date_max", &ms(self.start_date_max))
+            .with("end_date_min", &ms(self.end_date_min))
+            .with("end_date_max", &ms(self.end_date_max));
+        let pager = Pager::new(self.keys.clone(), self.filter.bind(scope));
+        let after = match &self.cursor {
+            None => None,
+            Some(c) => Some(pager.list_after(c).ok_or_else(|| {
+                ApiError::invalid_cursor("this list with the same `sort`, `order` and filters")
+            })?),
+        };
+        Ok(ListPage { after, pager })
+    }
 }
 
 impl<F> ListQuery<F> {
-    /// The cursor scope: list name, sort field and order.
-    pub fn scope(&self, list: &str) -> String {
-        format!(
-            "{list}:{}:{}",
-            self.sort.as_str(),
-            QueryEnum::as_str(self.order)
-        )
-    }
-
-    /// The position to resume after; 400 for a cursor of another list.
-    pub fn cursor(&self, list: &str) -> Result<Option<ListCursor>, ApiError> {
-        match &self.cursor {
-            None => Ok(None),
-            Some(c) => cursor::decode_list(&self.scope(list), c)
-                .map(Some)
-                .ok_or_else(ApiError::invalid_cursor),
-        }
-    }
-
     pub fn start_date(&self) -> DateRange {
         DateRange {
             min: self.start_date_min,
@@ -476,7 +560,12 @@ impl<F> ListQuery<F> {
     }
 }
 
-impl<S: Send + Sync, F: ListFilter> FromRequestParts<S> for ListQuery<F> {
+impl<S, F> FromRequestParts<S> for ListQuery<F>
+where
+    S: Send + Sync,
+    F: ListFilter,
+    CursorKeys: FromRef<S>,
+{
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
@@ -506,25 +595,13 @@ impl<S: Send + Sync, F: ListFilter> FromRequestParts<S> for ListQuery<F> {
             return Err(ApiError::Validation(errors));
         }
         let date = |name: &str| q.non_empty(name).map(|v| timestamp(v, name)).transpose();
-        let query = ListQuery {
-            search: search.map(str::to_lowercase),
-            limit,
-            cursor: q.non_empty("cursor").map(str::to_string),
-            start_date_min: date("start_date_min")?,
-            start_date_max: date("start_date_max")?,
-            end_date_min: date("end_date_min")?,
-            end_date_max: date("end_date_max")?,
-            tags: q.all("tags"),
-            tags_match,
-            sort,
-            order,
-            filter,
-        };
-        for (range, field) in [
-            (query.start_date(), "start_date"),
-            (query.end_date(), "end_date"),
+        let (start_date_min, start_date_max) = (date("start_date_min")?, date("start_date_max")?);
+        let (end_date_min, end_date_max) = (date("end_date_min")?, date("end_date_max")?);
+        for (min, max, field) in [
+            (start_date_min, start_date_max, "start_date"),
+            (end_date_min, end_date_max, "end_date"),
         ] {
-            if let (Some(min), Some(max)) = (range.min, range.max) {
+            if let (Some(min), Some(max)) = (min, max) {
                 if min > max {
                     return Err(ApiError::BadRequest(format!(
                         "{field}_min must be <= {field}_max"
@@ -532,7 +609,21 @@ impl<S: Send + Sync, F: ListFilter> FromRequestParts<S> for ListQuery<F> {
                 }
             }
         }
-        Ok(query)
+        Ok(ListQuery {
+            search: search.map(str::to_lowercase),
+            limit,
+            cursor: q.non_empty("cursor").map(str::to_string),
+            start_date_min,
+            start_date_max,
+            end_date_min,
+            end_date_max,
+            tags: q.all("tags"),
+            tags_match,
+            sort,
+            order,
+            filter,
+            keys: CursorKeys::from_ref(state),
+        })
     }
 }
 
@@ -541,14 +632,18 @@ mod tests {
     use super::*;
     use axum::http::Request;
 
-    async fn extract<T: FromRequestParts<(), Rejection = ApiError>>(
+    fn keys() -> CursorKeys {
+        CursorKeys::new(&["0123456789abcdef0123456789abcdef"]).unwrap()
+    }
+
+    async fn extract<T: FromRequestParts<CursorKeys, Rejection = ApiError>>(
         query: &str,
     ) -> Result<T, ApiError> {
         let (mut parts, ()) = Request::get(format!("/x?{query}"))
             .body(())
             .unwrap()
             .into_parts();
-        T::from_request_parts(&mut parts, &()).await
+        T::from_request_parts(&mut parts, &keys()).await
     }
 
     fn issue_names(e: ApiError) -> Vec<String> {
@@ -594,20 +689,124 @@ mod tests {
     async fn a_history_page_starts_at_its_cursor() {
         let base = "start_ts=2025-09-01T00:00:00Z&end_ts=2025-09-02T00:00:00Z&resolution=1h";
         let q = extract::<HistoryQuery>(base).await.unwrap();
+        let page = q.page(ROUTE, "t1").unwrap();
         assert_eq!(
-            (q.from(), q.limit, q.resolution),
+            (page.from, q.limit, q.resolution),
             (q.start, HISTORY_LIMIT_DEFAULT, Resolution::H1)
         );
         let at = Timestamp(q.start.0 + 3_600_000);
-        let c = cursor::encode_history(at);
+        let c = page.next_cursor(at);
         let q = extract::<HistoryQuery>(&format!("{base}&cursor={c}"))
             .await
             .unwrap();
+        let page = q.page(ROUTE, "t1").unwrap();
         assert_eq!(
-            (q.from(), q.range(10).start, q.range(10).limit),
+            (
+                page.from,
+                q.range(&page, 10).start,
+                q.range(&page, 10).limit
+            ),
             (at, at, 11)
         );
         let err = extract::<HistoryQuery>("resolution=2h").await.unwrap_err();
         assert_eq!(issue_names(err), ["start_ts", "end_ts", "resolution"]);
+    }
+
+    const ROUTE: &str = "/v1/tokens/{token_id}/prices";
+
+    fn bad_request(e: ApiError) -> String {
+        match e {
+            ApiError::BadRequest(detail) => detail,
+            other => panic!("expected 400, got {other:?}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_history_cursor_continues_only_its_own_route_series_range_and_resolution() {
+        let base = "start_ts=2025-09-01T00:00:00Z&end_ts=2025-09-02T00:00:00Z";
+        let q = extract::<HistoryQuery>(&format!("{base}&resolution=1h"))
+            .await
+            .unwrap();
+        let c = q
+            .page(ROUTE, "t1")
+            .unwrap()
+            .next_cursor(Timestamp(q.start.0 + 3_600_000));
+        let c = &c;
+        let resumes = |query: String, route: &'static str, id: &'static str| async move {
+            extract::<HistoryQuery>(&format!("{query}&cursor={c}"))
+                .await
+                .unwrap()
+                .page(route, id)
+        };
+        // Another limit, or the same start in Unix seconds: the same pages.
+        let same = [
+            format!("{base}&resolution=1h&limit=7"),
+            "start_ts=1756684800&end_ts=2025-09-02T00:00:00Z&resolution=1h".into(),
+        ];
+        for query in same {
+            assert!(resumes(query.clone(), ROUTE, "t1").await.is_ok(), "{query}");
+        }
+        let other_range = "start_ts=2025-09-01T00:00:00Z&end_ts=2025-09-03T00:00:00Z&resolution=1h";
+        for (query, route, id) in [
+            (format!("{base}&resolution=1h"), ROUTE, "t2"),
+            (
+                format!("{base}&resolution=1h"),
+                "/v1/tokens/{token_id}/books",
+                "t1",
+            ),
+            (
+                format!("{base}&resolution=1h"),
+                "/v1/markets/{id_or_slug}/prices",
+                "t1",
+            ),
+            (format!("{base}&resolution=1m"), ROUTE, "t1"),
+            (other_range.to_string(), ROUTE, "t1"),
+        ] {
+            let detail = bad_request(resumes(query.clone(), route, id).await.unwrap_err());
+            assert!(
+                detail.starts_with("Invalid pagination cursor: the `cursor` parameter"),
+                "{route} {id} {query}: {detail}"
+            );
+        }
+    }
+
+    #[tokio::test]
+    async fn a_list_cursor_continues_only_its_own_list_sort_and_filters() {
+        let q = extract::<ListQuery<MarketFilter>>("tags=b,a&event_id=e1")
+            .await
+            .unwrap();
+        let c = q.page("/v1/markets").unwrap().next_cursor(&ListCursor {
+            key: Some(5),
+            id: "m1".into(),
+        });
+        // Tags in another order select the same markets: the cursor continues.
+        let q = extract::<ListQuery<MarketFilter>>(&format!(
+            "tags=a&tags=b&event_id=e1&limit=3&cursor={c}"
+        ))
+        .await
+        .unwrap();
+        let after = q.page("/v1/markets").unwrap().after;
+        assert_eq!(after.map(|c| c.id), Some("m1".into()));
+        for query in [
+            "tags=a,b",
+            "tags=a,b&event_id=e2",
+            "tags=a,b&event_id=e1&order=asc",
+            "tags=a,b&event_id=e1&search=x",
+            "tags=a&event_id=e1",
+            "tags=a,b&event_id=e1&start_date_min=2025-01-01",
+        ] {
+            let q = extract::<ListQuery<MarketFilter>>(&format!("{query}&cursor={c}"))
+                .await
+                .unwrap();
+            let detail = bad_request(q.page("/v1/markets").unwrap_err());
+            assert!(detail.starts_with("Invalid pagination cursor"), "{query}");
+        }
+        let q = extract::<ListQuery>(&format!("tags=a,b&cursor={c}"))
+            .await
+            .unwrap();
+        assert!(
+            q.page("/v1/series").is_err(),
+            "a market cursor on the series list"
+        );
     }
 }

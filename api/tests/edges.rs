@@ -6,6 +6,7 @@ use axum::body::Body;
 use axum::http::{header, HeaderMap, Request, StatusCode};
 use axum::Router;
 use hindsight_api::catalog::Catalog;
+use hindsight_api::cursor::CursorKeys;
 use hindsight_api::plans::Plans;
 use hindsight_api::{keys, router, ApiState};
 use hindsight_contracts::{AuthStore, ReadStore};
@@ -34,6 +35,7 @@ async fn api() -> Api {
         keys: store,
         plans: Arc::new(Plans::default()),
         clock: Arc::new(hindsight_schemas::time::SystemClock),
+        cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
     });
     Api { app, _dir: dir }
 }

@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use hindsight_api::catalog::Catalog;
+use hindsight_api::cursor::CursorKeys;
 use hindsight_api::plans::Plans;
 use hindsight_api::{keys, router, ApiState};
 use hindsight_contracts::*;
@@ -70,8 +71,11 @@ impl AuthStore for Keys {
     async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>> {
         Ok(vec![self.key.clone()])
     }
-    async fn hit_window(&self, _: &str, _: Timestamp) -> Result<u64> {
-        Ok(1)
+    async fn take_hit(&self, _: &str, _: Timestamp, _: u32) -> Result<RateHits> {
+        unreachable!("the key's plan is unlimited")
+    }
+    async fn rate_hits(&self, _: &str, _: Timestamp) -> Result<Vec<Timestamp>> {
+        unreachable!("the key's plan is unlimited")
     }
 }
 
@@ -120,6 +124,7 @@ async fn request(path: &str, fail_keys: bool) -> Outcome {
         }),
         plans: Arc::new(Plans::default()),
         clock: Arc::new(hindsight_schemas::time::SystemClock),
+        cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
     };
     let response = router(state)
         .oneshot(

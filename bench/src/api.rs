@@ -14,7 +14,7 @@ use hindsight_schemas::*;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-const KEY: &str = "hsk_bench_api_key";
+pub const KEY: &str = "hsk_bench_api_key";
 const DAY: i64 = 1_756_684_800_000;
 
 pub fn run(quick: bool) -> anyhow::Result<()> {
@@ -92,12 +92,20 @@ async fn seed(app: &Embedded, markets: usize) -> anyhow::Result<()> {
             }));
         }
     }
-    app.log
-        .append(AppendBatch {
-            events,
-            idempotency: None,
-        })
-        .await?;
+    project_with_key(app, events).await
+}
+
+/// Appends `events` to the embedded log, projects them all, and stores the
+/// benchmark's API key: a data directory `hindsight api` can serve.
+pub async fn project_with_key(app: &Embedded, events: Vec<Event>) -> anyhow::Result<()> {
+    for chunk in events.chunks(20_000) {
+        app.log
+            .append(AppendBatch {
+                events: chunk.to_vec(),
+                idempotency: None,
+            })
+            .await?;
+    }
     app.projector(ProjectorConfig::default()).catch_up().await?;
     app.store
         .put_key(keys::record_for(KEY, "bench", "enterprise"))
@@ -105,7 +113,7 @@ async fn seed(app: &Embedded, markets: usize) -> anyhow::Result<()> {
     Ok(())
 }
 
-struct Server(Child);
+pub struct Server(pub Child);
 
 impl Drop for Server {
     fn drop(&mut self) {
@@ -123,14 +131,14 @@ fn peak_rss_mb(pid: u32) -> f64 {
         .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
-struct Figures {
-    rps: f64,
-    p50: f64,
-    p99: f64,
+pub struct Figures {
+    pub rps: f64,
+    pub p50: f64,
+    pub p99: f64,
 }
 
 /// `connections` clients hitting `url` for `secs`; every response must be 200.
-async fn load(client: &reqwest::Client, url: &str, connections: usize, secs: f64) -> Figures {
+pub async fn load(client: &reqwest::Client, url: &str, connections: usize, secs: f64) -> Figures {
     let until = Instant::now() + Duration::from_secs_f64(secs);
     let mut tasks = Vec::new();
     for _ in 0..connections {

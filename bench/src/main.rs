@@ -8,12 +8,14 @@
 //! - `api`: req/s and p50/p99 of history pages and a search over 100 000
 //!   markets next to a hello-world route, and the API process's peak RSS
 //!   (needs `cargo build --release` first, for the `hindsight` binary);
-//! - `kafka`: HTTP ingest → Kafka next to a raw rdkafka producer, and
-//!   Kafka → read store (needs Apache Kafka at `HINDSIGHT_KAFKA_BROKERS`:
-//!   `eval "$(scripts/engines.sh start)"`).
+//! - `engines`: the distributed deployment on Apache Kafka and Apache
+//!   Cassandra: HTTP ingest → Kafka next to a raw rdkafka producer,
+//!   projector Kafka → Cassandra on a long-tail and a dense shape, and a
+//!   200-point page from Cassandra next to the embedded store (needs
+//!   `eval "$(scripts/engines.sh start)"` and `cargo build --release`).
 
 mod api;
-mod kafka;
+mod engines;
 mod pipeline;
 mod rollup;
 
@@ -35,8 +37,8 @@ fn main() -> anyhow::Result<()> {
     if all || which.contains(&"api") {
         api::run(quick)?;
     }
-    if all || which.contains(&"kafka") {
-        kafka::run(quick)?;
+    if all || which.contains(&"engines") {
+        engines::run(quick)?;
     }
     println!("peak RSS of this process: {:.0} MB", peak_rss_mb());
     Ok(())

@@ -1,4 +1,4 @@
-//! API keys and rate windows, shared by every API replica.
+//! API keys and the rate-limit log, shared by every API replica.
 
 use crate::Result;
 use async_trait::async_trait;
@@ -16,7 +16,42 @@ pub struct ApiKeyRecord {
     pub revoked_at: Option<Timestamp>,
 }
 
-/// Keys and request counting.
+/// The length of a rate window: a plan's requests per minute bound every
+/// interval of this many milliseconds, wherever it starts.
+pub const RATE_WINDOW_MS: i64 = 60_000;
+
+/// How long a hit must stay readable: a hit at `at` is counted by hits up to
+/// `at + RATE_WINDOW_MS` on the clock of whichever replica takes them, so a
+/// backend keeps hits at least this long (one window, plus two minutes of
+/// clock difference between replicas) and may forget them afterwards.
+pub const RATE_HIT_RETENTION_MS: i64 = 3 * RATE_WINDOW_MS;
+
+/// The hits that count against a request at `now`: those in
+/// `(now - RATE_WINDOW_MS, now + RATE_WINDOW_MS)`, exclusive at both ends.
+///
+/// Hits later than `now` count too. With one clock they never exist; with
+/// several replicas whose clocks differ they do, and counting them is what
+/// makes the bound hold whatever order hits arrive in (see [`AuthStore`]).
+pub fn counted_range(now: Timestamp) -> (Timestamp, Timestamp) {
+    (
+        Timestamp(now.0 - RATE_WINDOW_MS),
+        Timestamp(now.0 + RATE_WINDOW_MS),
+    )
+}
+
+/// What [`AuthStore::take_hit`] decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RateHits {
+    /// The hit was taken: the request may proceed.
+    pub admitted: bool,
+    /// The hits counted at `now` ([`counted_range`]), ascending, including
+    /// this one when admitted and never when refused. (A hit refused in a
+    /// race may report fewer than the limit: the window had room before
+    /// the racers came.)
+    pub hits: Vec<Timestamp>,
+}
+
+/// Keys, and the log of admitted requests behind rate limits.
 ///
 /// Contract:
 /// - `put_key` inserts or replaces the key with its `key_id`, visible to
@@ -26,14 +61,25 @@ pub struct ApiKeyRecord {
 ///   keys rows by hash).
 /// - A stored hash that is not 32 bytes is `ErrorKind::Corrupt`, never a
 ///   key that matches nothing or everything.
-/// - `hit_window` counts one request of `key_id` in the window starting at
-///   `window`, across every process sharing the store, and returns the
-///   window's count including this request; concurrent hits never
-///   under-count.
+/// - `take_hit(key, now, limit)` records a hit of `key` at `now` and admits
+///   it only if fewer than `limit` hits are counted at `now`
+///   ([`counted_range`]). Whatever the concurrency between processes sharing
+///   the store, and whatever order their clocks put hits in, **no interval
+///   of [`RATE_WINDOW_MS`] ever holds more than `limit` admitted hits** of a
+///   key. A refused hit leaves no trace once `take_hit` returns; while it is
+///   being decided it may count against a concurrent hit, so racing hits
+///   near the limit may both be refused (never both admitted past it). With
+///   one caller at a time the decision is exact: admitted if and only if
+///   fewer than `limit` hits are counted.
+/// - `rate_hits(key, now)` is what `take_hit` would count at `now`,
+///   ascending, without taking a hit (`/v1/usage`).
+/// - Hits are kept at least [`RATE_HIT_RETENTION_MS`] and may be forgotten
+///   after.
 #[async_trait]
 pub trait AuthStore: Send + Sync {
     async fn put_key(&self, key: ApiKeyRecord) -> Result<()>;
     async fn key_by_hash(&self, hash: [u8; 32]) -> Result<Option<ApiKeyRecord>>;
     async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>>;
-    async fn hit_window(&self, key_id: &str, window: Timestamp) -> Result<u64>;
+    async fn take_hit(&self, key_id: &str, now: Timestamp, limit: u32) -> Result<RateHits>;
+    async fn rate_hits(&self, key_id: &str, now: Timestamp) -> Result<Vec<Timestamp>>;
 }

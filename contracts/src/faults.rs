@@ -10,8 +10,8 @@
 //! and restarts a fresh one on the inner backend.
 
 use crate::{
-    AppendBatch, AppendOutcome, Error, EventLog, Position, ProjectionStore, ProjectionWrite,
-    Result, Row, RowKey,
+    AppendBatch, AppendOutcome, Applied, Error, EventLog, Position, ProjectionStore,
+    ProjectionWrite, Result, Row, RowKey, TokenRef,
 };
 use async_trait::async_trait;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -119,7 +119,11 @@ impl<S: ProjectionStore> ProjectionStore for FaultyStore<S> {
         self.inner.load(keys).await
     }
 
-    async fn apply(&self, write: ProjectionWrite) -> Result<()> {
+    async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
+        self.inner.lookup_tokens(token_ids).await
+    }
+
+    async fn apply(&self, write: ProjectionWrite) -> Result<Applied> {
         let call = self.applies.fetch_add(1, Ordering::SeqCst) + 1;
         match self.fault {
             StoreFault::FailApply(n) if n == call => {

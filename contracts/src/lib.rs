@@ -28,13 +28,13 @@ pub mod conformance;
 #[cfg(feature = "faults")]
 pub mod faults;
 
-pub use auth::{ApiKeyRecord, AuthStore};
+pub use auth::{ApiKeyRecord, AuthStore, RateHits};
 pub use error::{Error, ErrorKind, Result};
 pub use log::{
     AppendBatch, AppendOutcome, ConsumerSource, Delivered, EventLog, Idempotency, IdempotencyStore,
     LogConsumer, Position,
 };
 pub use store::{
-    BookPoint, CatalogCursor, MetricsPoint, PricePoint, ProjectionStore, ProjectionWrite, Range,
-    ReadStore, Row, RowKey, RowValue, Store, Table, TokenRef,
+    Applied, BookPoint, CatalogCursor, MetricsPoint, PricePoint, ProjectionStore, ProjectionWrite,
+    Range, ReadStore, Refused, Row, RowKey, RowValue, Store, Table, TokenRef,
 };

@@ -10,6 +10,7 @@
 
 use crate::{Position, Result};
 use async_trait::async_trait;
+use hindsight_schemas::wire::Reject;
 use hindsight_schemas::{Event, MarketRecord, Resolution, Timestamp};
 
 /// The three bucket tables.
@@ -88,6 +89,27 @@ pub struct ProjectionWrite {
     pub consumed: Vec<Position>,
 }
 
+/// What an `apply` did not store: catalog records refused because they
+/// contradict the stored catalog (see "one market per token and per slug"
+/// on [`ProjectionStore`]). Everything else of the write was applied.
+#[derive(Debug, Default, Clone, PartialEq)]
+pub struct Applied {
+    /// In the order the records came in the write.
+    pub refused: Vec<Refused>,
+}
+
+/// A catalog record `apply` refused to store.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Refused {
+    pub position: Position,
+    /// The record's id (a market id).
+    pub id: String,
+    /// Why: [`RejectKind::TokenClaimed`](hindsight_schemas::wire::RejectKind)
+    /// or `SlugTaken`, naming the field and the market holding it, as
+    /// ingest would have said.
+    pub reason: Reject,
+}
+
 /// The projector's side of the read store.
 ///
 /// Contract:
@@ -105,10 +127,24 @@ pub struct ProjectionWrite {
 ///   the greatest `(updated_at, position)` is kept, whatever order they
 ///   arrive in (in separate writes or in one). A market upsert replaces the
 ///   market's token list and slug: tokens no longer listed stop resolving
-///   through `ReadStore::token` (unless another market now lists them), and
-///   the old slug stops resolving through `ReadStore::market` (unless
-///   another market now has it). A catalog entry that is not a series,
-///   event or market fails the `apply`.
+///   through `ReadStore::token`, and the old slug stops resolving through
+///   `ReadStore::market`. A catalog entry that is not a series, event or
+///   market fails the `apply`.
+/// - **One market per token and per slug** (`hindsight_schemas::claims`):
+///   a market version that would be stored is refused instead when one of
+///   its tokens is listed under another stored market, or its slug is
+///   another stored market's. It is not stored, and `apply` reports it in
+///   [`Applied::refused`]. Records of a write are decided in order, each
+///   against the catalog as the records before it left it: the first market
+///   to list a token or take a slug keeps it until a newer version of that
+///   market drops it.
+/// - **Catalog decided once**: the store remembers, per log partition, the
+///   position of the last catalog record it decided (stored, refused, or
+///   older than the stored version), and skips a record at or before it.
+///   So re-applying a write after a crash re-decides nothing — not even a
+///   refused record whose token a later record of the write released. (A
+///   store's `consumed` position may lag its catalog: the CQL store writes
+///   positions last.)
 /// - **Any size**: `apply` takes a write of any number of rows, whatever
 ///   limits the backend puts on one request (the CQL store splits it).
 /// - `reset` drops every row, catalog record (with its lookups) and consumed
@@ -120,7 +156,11 @@ pub trait ProjectionStore: Send + Sync {
     async fn committed(&self) -> Result<Vec<Position>>;
     /// The stored rows among `keys` (missing rows are simply absent).
     async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>>;
-    async fn apply(&self, write: ProjectionWrite) -> Result<()>;
+    /// The market each of `token_ids` is listed under, as
+    /// `ReadStore::token` would answer after this handle's last `apply`;
+    /// tokens no market lists are absent.
+    async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>>;
+    async fn apply(&self, write: ProjectionWrite) -> Result<Applied>;
     async fn reset(&self) -> Result<()>;
 }
 
@@ -227,7 +267,11 @@ impl<T: ProjectionStore + ?Sized> ProjectionStore for std::sync::Arc<T> {
         (**self).load(keys).await
     }
 
-    async fn apply(&self, write: ProjectionWrite) -> Result<()> {
+    async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
+        (**self).lookup_tokens(token_ids).await
+    }
+
+    async fn apply(&self, write: ProjectionWrite) -> Result<Applied> {
         (**self).apply(write).await
     }
 

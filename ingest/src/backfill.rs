@@ -5,14 +5,19 @@
 //! identity and the chunk number, so re-running an interrupted backfill
 //! (within the idempotency window, 24 h) skips what was already appended.
 //! Rejected lines go to `FILE.rejects.ndjson` next to the input, with their
-//! line numbers and reasons: never dropped silently.
+//! line numbers and reasons: never dropped silently. Lines are checked
+//! against the catalog as HTTP batches are, with the claims of every line
+//! accepted earlier in the run on top (a backfill's catalog is not projected
+//! while it runs).
 
 use crate::batch;
+use crate::catalog::{BatchClaims, CatalogView};
 use hindsight_contracts::{AppendBatch, AppendOutcome, EventLog, Idempotency};
 use hindsight_schemas::wire::Limits;
 use hindsight_schemas::Timestamp;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Lines per append.
@@ -104,24 +109,26 @@ pub fn rejects_path(path: &Path) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// [`backfill_file_with`] under the default validation [`Limits`].
-pub async fn backfill_file(
-    log: &dyn EventLog,
-    path: &Path,
-    progress: &mut Progress,
-) -> Result<FileReport, String> {
-    backfill_file_with(log, path, progress, &Limits::default()).await
+/// Where a backfill appends, and what its lines are checked against.
+pub struct Target<'a> {
+    pub log: &'a dyn EventLog,
+    /// The read store's catalog.
+    pub catalog: &'a Arc<CatalogView>,
+    /// Same as HTTP ingest (a backfill is history: nothing in it lies in
+    /// the future either).
+    pub limits: Limits,
 }
 
 /// Backfills one file; errors only for I/O and log failures (bad lines are
-/// reported, not errors). Lines are held to the same `limits` as HTTP
-/// ingest (a backfill is history: nothing in it lies in the future either).
-pub async fn backfill_file_with(
-    log: &dyn EventLog,
+/// reported, not errors). `claims` carries what the lines accepted so far in
+/// the run claimed (pass the same one for every file of a run).
+pub async fn backfill_file(
+    target: &Target<'_>,
+    claims: &mut BatchClaims,
     path: &Path,
     progress: &mut Progress,
-    limits: &Limits,
 ) -> Result<FileReport, String> {
+    let (log, limits) = (target.log, &target.limits);
     let fail = |e: std::io::Error| format!("{}: {e}", path.display());
     let identity = identity(path).map_err(fail)?;
     let mut reader = open_lines(path).map_err(fail)?;
@@ -151,7 +158,16 @@ pub async fn backfill_file_with(
         }
         report.lines += lines as u64;
         // Every reject goes to the rejects file: none is left unlisted.
-        let validated = batch::validate(&chunk, first_line, Timestamp::now(), limits, usize::MAX);
+        target.catalog.refresh().await;
+        let validated = batch::validate(
+            &chunk,
+            first_line,
+            Timestamp::now(),
+            limits,
+            usize::MAX,
+            &*target.catalog.read(),
+            claims,
+        );
         if !validated.rejected.is_empty() {
             let file = match &mut rejects {
                 Some(f) => f,

@@ -1,5 +1,7 @@
 //! Splitting and validating one NDJSON body.
 
+use crate::catalog::BatchClaims;
+use hindsight_schemas::claims::Claims;
 use hindsight_schemas::wire::{self, Limits, Reject};
 use hindsight_schemas::{Event, EventKind, Timestamp};
 use hindsight_telemetry as tm;
@@ -38,12 +40,19 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 /// Every reject is counted, but only the first `max_listed` are kept, so
 /// the answer to a huge all-invalid batch stays small (HTTP lists a few;
 /// a backfill writes them all to its rejects file).
+///
+/// A valid line is also checked against the catalog (`catalog`, what the
+/// read store holds, and `claims`, what the accepted lines before it
+/// claimed): a tick under another market than its token's, a market taking
+/// another market's token or slug, are refused like any bad line.
 pub fn validate(
     body: &[u8],
     first_line: u64,
     now: Timestamp,
     limits: &Limits,
     max_listed: usize,
+    catalog: &dyn Claims,
+    claims: &mut BatchClaims,
 ) -> Validated {
     let body = match body.strip_prefix(BOM) {
         Some(rest) if first_line == 1 => rest,
@@ -53,7 +62,8 @@ pub fn validate(
     for (i, line) in body.split(|b| *b == b'\n').enumerate() {
         let parsed = match std::str::from_utf8(line) {
             Ok(text) if text.trim().is_empty() => continue,
-            Ok(text) => wire::parse_line_with(text.trim_end_matches('\r'), now, limits),
+            Ok(text) => wire::parse_line_with(text.trim_end_matches('\r'), now, limits)
+                .and_then(|event| claims.check(catalog, &event).map(|()| event)),
             Err(e) => Err(Reject::not_utf8(e)),
         };
         match parsed {
@@ -96,6 +106,7 @@ pub fn count_accepted(per_kind: KindCounts) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use hindsight_schemas::claims::Lookups;
     use metrics_exporter_prometheus::PrometheusBuilder;
 
     const NOW: Timestamp = Timestamp(1_760_000_000_000);
@@ -106,7 +117,15 @@ mod tests {
         let recorder = PrometheusBuilder::new().build_recorder();
         let handle = recorder.handle();
         let out = metrics::with_local_recorder(&recorder, || {
-            validate(body, 1, NOW, &Limits::default(), usize::MAX)
+            validate(
+                body,
+                1,
+                NOW,
+                &Limits::default(),
+                usize::MAX,
+                &Lookups::default(),
+                &mut BatchClaims::default(),
+            )
         });
         (out, handle.render())
     }

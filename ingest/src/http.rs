@@ -9,6 +9,7 @@
 //! body limit), is JSON with a `detail` on error: see `hindsight_http`.
 
 use crate::batch::{self, Rejected};
+use crate::catalog::{BatchClaims, CatalogView};
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
 use axum::extract::{DefaultBodyLimit, State};
@@ -23,7 +24,7 @@ use hindsight_telemetry as tm;
 use serde::Serialize;
 use std::io::Read;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use subtle::ConstantTimeEq;
 
 #[derive(Clone)]
@@ -35,10 +36,15 @@ pub struct IngestState {
     pub max_body_bytes: usize,
     /// Validation bounds and the cap on listed rejects.
     pub limits: IngestLimits,
+    /// The read store's catalog, which lines are checked against.
+    pub catalog: Arc<CatalogView>,
 }
 
 /// Default of [`IngestLimits::max_listed_rejects`].
 pub const DEFAULT_MAX_LISTED_REJECTS: usize = 1_000;
+
+/// Default of [`IngestLimits::catalog_max_age`]: the API's catalog refresh.
+pub const DEFAULT_CATALOG_MAX_AGE: Duration = Duration::from_millis(250);
 
 /// What an operator may tune about validation (`Default` is the shipped
 /// configuration).
@@ -50,6 +56,9 @@ pub struct IngestLimits {
     /// (`rejected_count`), so a huge all-invalid batch cannot produce a
     /// response as large as itself.
     pub max_listed_rejects: usize,
+    /// How old the catalog view lines are checked against may grow before
+    /// a batch reads the store's changes (zero: every batch does).
+    pub catalog_max_age: Duration,
 }
 
 impl Default for IngestLimits {
@@ -57,6 +66,7 @@ impl Default for IngestLimits {
         IngestLimits {
             wire: Limits::default(),
             max_listed_rejects: DEFAULT_MAX_LISTED_REJECTS,
+            catalog_max_age: DEFAULT_CATALOG_MAX_AGE,
         }
     }
 }
@@ -147,12 +157,15 @@ async fn ingest_events(
     let body = decode_body(&headers, body, state.max_body_bytes)?;
 
     let limits = &state.limits;
+    state.catalog.refresh().await;
     let validated = batch::validate(
         &body,
         1,
         Timestamp::now(),
         &limits.wire,
         limits.max_listed_rejects,
+        &*state.catalog.read(),
+        &mut BatchClaims::default(),
     );
     metrics::histogram!(tm::INGEST_BATCH_LINES)
         .record((validated.events.len() + validated.rejected_count) as f64);

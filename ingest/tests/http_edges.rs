@@ -7,8 +7,9 @@ use axum::Router;
 use flate2::write::GzEncoder;
 use flate2::Compression;
 use hindsight_contracts::EventLog;
+use hindsight_ingest::catalog::CatalogView;
 use hindsight_ingest::http::{router, IngestLimits, IngestState};
-use hindsight_sqlite::SqliteLog;
+use hindsight_sqlite::{SqliteLog, SqliteStore};
 use std::io::Write;
 use std::sync::Arc;
 use tower::ServiceExt;
@@ -17,6 +18,15 @@ const TOKEN: &str = "ingest-edges-token";
 const MAX_BODY: usize = 1 << 20;
 const TICK: &str =
     r#"{"kind":"price","market_id":"m1","token_id":"t1","ts":"2025-09-01T00:00:30Z","p":0.42}"#;
+
+/// The catalog of the embedded store in `dir`.
+fn catalog_of(dir: &std::path::Path) -> Arc<CatalogView> {
+    let store = Arc::new(SqliteStore::open(dir).unwrap());
+    Arc::new(CatalogView::new(
+        store,
+        IngestLimits::default().catalog_max_age,
+    ))
+}
 
 struct Ingest {
     app: Router,
@@ -31,6 +41,7 @@ fn ingest() -> Ingest {
         token: TOKEN.into(),
         max_body_bytes: MAX_BODY,
         limits: IngestLimits::default(),
+        catalog: catalog_of(dir.path()),
     });
     Ingest { app, _dir: dir }
 }
@@ -233,7 +244,8 @@ async fn a_tick_from_2099_is_refused_as_in_the_future() {
 
 #[tokio::test]
 async fn backfill_refuses_future_ticks_like_http_and_lists_them_in_the_rejects_file() {
-    use hindsight_ingest::backfill::{backfill_file, rejects_path, Progress};
+    use hindsight_ingest::backfill::{backfill_file, rejects_path, Progress, Target};
+    use hindsight_ingest::catalog::BatchClaims;
     let dir = tempfile::tempdir().unwrap();
     let log = SqliteLog::open(&dir.path().join("log")).unwrap();
     let file = dir.path().join("ticks.ndjson");
@@ -241,7 +253,14 @@ async fn backfill_refuses_future_ticks_like_http_and_lists_them_in_the_rejects_f
         r#"{"kind":"price","market_id":"m1","token_id":"t1","ts":"2099-12-31T00:00:00Z","p":0.5}"#;
     // A BOM first, as some exporters write it: skipped, not a reject.
     std::fs::write(&file, format!("\u{FEFF}{TICK}\n{future}\n")).unwrap();
-    let report = backfill_file(&log, &file, &mut Progress::new(false))
+    let catalog = catalog_of(dir.path());
+    let target = Target {
+        log: &log,
+        catalog: &catalog,
+        limits: Default::default(),
+    };
+    let mut claims = BatchClaims::default();
+    let report = backfill_file(&target, &mut claims, &file, &mut Progress::new(false))
         .await
         .unwrap();
     assert_eq!((report.accepted, report.rejected), (1, 1), "{report:?}");

@@ -4,7 +4,10 @@
 //!   resolution, skipping events a row already holds.
 //! - [`runner`]: the loop — poll the log, load the rows a batch touches, fold,
 //!   write rows and consumed position together, commit.
+//! - [`owners`]: which market each token is listed under, for the catalog
+//!   rule (a tick under another market than its token's is not folded).
 
+pub mod owners;
 pub mod rollup;
 pub mod runner;
 

@@ -5,13 +5,29 @@
 //! position in one [`ProjectionWrite`], and only then commit to the log.
 //! A crash anywhere re-delivers events whose effects are either all durable
 //! (and then skipped row by row) or not durable at all.
+//!
+//! The catalog rule (`hindsight_schemas::claims`): a price tick or book
+//! snapshot whose token the catalog lists under another market is not
+//! folded, and the store refuses a market version taking another market's
+//! token or slug. Both are decided against the catalog as it stands at the
+//! event's log position: a step is cut before a tick that a market record
+//! earlier in the step may decide otherwise (see `segment_end`), each piece
+//! written before the next is folded, so a tick after a market record in
+//! the log sees that record's effect. With one
+//! log partition (the embedded log) every decision is a function of the log,
+//! the same on every replay and rebuild.
 
+use crate::owners::Owners;
 use crate::rollup::Rollup;
 use hindsight_contracts::{
-    ConsumerSource, Delivered, LogConsumer, Position, ProjectionStore, ProjectionWrite, Result,
+    Applied, ConsumerSource, Delivered, LogConsumer, Position, ProjectionStore, ProjectionWrite,
+    Result,
 };
+use hindsight_schemas::claims::tick_conflict;
+use hindsight_schemas::wire::RejectKind;
 use hindsight_schemas::Event;
 use hindsight_telemetry as tm;
+use rustc_hash::{FxHashMap, FxHashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::watch;
@@ -41,13 +57,26 @@ pub struct Projector {
     store: Arc<dyn ProjectionStore>,
     config: ProjectorConfig,
     rollup: Rollup,
+    owners: Owners,
 }
 
 /// What one step did.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct StepStats {
+    /// Events consumed, folded or not.
     pub events: usize,
     pub rows_written: usize,
+    /// Events consumed but not folded by the catalog rule: mismatched ticks
+    /// and snapshots, refused market versions.
+    pub not_folded: usize,
+}
+
+impl std::ops::AddAssign for StepStats {
+    fn add_assign(&mut self, other: StepStats) {
+        self.events += other.events;
+        self.rows_written += other.rows_written;
+        self.not_folded += other.not_folded;
+    }
 }
 
 impl Projector {
@@ -61,7 +90,15 @@ impl Projector {
             store,
             config,
             rollup: Rollup::new(),
+            owners: Owners::default(),
         }
+    }
+
+    /// Forgets every cached row and token owner: they are reloaded from
+    /// the store when next needed.
+    fn forget(&mut self) {
+        self.rollup.clear();
+        self.owners.clear();
     }
 
     /// Runs until `shutdown` turns true. A failed step drops the in-memory
@@ -90,7 +127,7 @@ impl Projector {
                     }
                     Err(e) => {
                         tracing::error!(error = %e, "projector step failed; resuming from the durable position");
-                        self.rollup.clear();
+                        self.forget();
                         sleep_or_shutdown(backoff, &mut shutdown).await;
                         backoff = (backoff * 2).min(Duration::from_secs(10));
                         break;
@@ -118,7 +155,8 @@ impl Projector {
         }
     }
 
-    /// One durable step.
+    /// One durable step: the batch of one poll, written segment by segment
+    /// (see the module's doc), committed to the log once all are durable.
     pub async fn step(&mut self, consumer: &mut dyn LogConsumer) -> Result<StepStats> {
         let batch = consumer
             .poll(self.config.batch_max, self.config.idle_wait)
@@ -127,76 +165,214 @@ impl Projector {
         // partition this projector lost may since have been written by
         // another projector, so every row is loaded afresh.
         if consumer.assignment_changed() {
-            self.rollup.clear();
+            self.forget();
         }
         if batch.is_empty() {
             return Ok(StepStats::default());
         }
-        let started = Instant::now();
-        let missing = self.rollup.prepare(&batch);
-        if !missing.is_empty() {
-            let rows = match self.store.load(missing).await {
-                Ok(rows) => rows,
+        let consumed = last_positions(&batch);
+        let mut stats = StepStats::default();
+        let mut rest = batch;
+        while !rest.is_empty() {
+            let written = match self.next_segment(&mut rest, &consumed).await {
+                Ok(written) => written,
                 Err(e) => {
-                    self.rollup.clear();
+                    // The in-memory rows may hold events that are not durable.
+                    self.forget();
                     return Err(e);
                 }
             };
-            self.rollup.fill(rows);
-        }
-        let stats = self.rollup.apply(&batch);
-        let rows = self.rollup.drain_dirty();
-        let consumed = last_positions(&batch);
-        let catalog: Vec<(Position, Event)> = batch
-            .into_iter()
-            .filter(|d| {
-                matches!(
-                    d.event,
-                    Event::Series(_) | Event::Event(_) | Event::Market(_)
-                )
-            })
-            .map(|d| (d.position, d.event))
-            .collect();
-        let events = stats.prices + stats.books + stats.metrics + catalog.len() as u64;
-        let rows_written = rows.len();
-        let mut per_table = [0u64; 3];
-        rows.iter()
-            .for_each(|r| per_table[r.key.table as usize] += 1);
-        let write = ProjectionWrite {
-            rows,
-            catalog,
-            consumed: consumed.clone(),
-        };
-        if let Err(e) = self.store.apply(write).await {
-            // The in-memory rows now hold events that are not durable.
-            self.rollup.clear();
-            return Err(e);
+            stats += written;
         }
         consumer.commit(&consumed).await?;
         if self.rollup.len() > self.config.max_cached_rows {
-            self.rollup.clear();
-        }
-
-        metrics::histogram!(tm::PROJECTOR_FLUSH_SECONDS).record(started.elapsed().as_secs_f64());
-        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "price").increment(stats.prices);
-        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "book").increment(stats.books);
-        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "metrics")
-            .increment(stats.metrics);
-        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "catalog")
-            .increment(events - stats.prices - stats.books - stats.metrics);
-        metrics::counter!(tm::PROJECTOR_REPLAYS_SKIPPED).increment(stats.replays_skipped);
-        for table in hindsight_contracts::Table::ALL {
-            metrics::counter!(tm::PROJECTOR_ROWS_WRITTEN, "table" => table.as_str())
-                .increment(per_table[table as usize]);
+            self.forget();
         }
         for p in &consumed {
             metrics::gauge!(tm::PROJECTOR_POSITION, "partition" => p.partition.to_string())
                 .set((p.offset + 1) as f64);
         }
+        Ok(stats)
+    }
+
+    /// Takes the next segment off `rest` and writes it: the longest run
+    /// whose ticks no catalog record of the run can decide otherwise. The
+    /// last segment records every position of the batch (`consumed`).
+    async fn next_segment(
+        &mut self,
+        rest: &mut Vec<Delivered>,
+        consumed: &[Position],
+    ) -> Result<StepStats> {
+        let missing = self.owners.missing(rest);
+        if !missing.is_empty() {
+            let found = self.store.lookup_tokens(missing.clone()).await?;
+            self.owners.fill(missing, found);
+        }
+        let tail = rest.split_off(segment_end(rest, &self.owners));
+        let segment = std::mem::replace(rest, tail);
+        let upto = if rest.is_empty() {
+            consumed.to_vec()
+        } else {
+            last_positions(&segment)
+        };
+        self.write_segment(segment, upto).await
+    }
+
+    /// Folds one segment and writes it with the positions `upto`. Every
+    /// token of its ticks is in `owners`.
+    async fn write_segment(
+        &mut self,
+        segment: Vec<Delivered>,
+        upto: Vec<Position>,
+    ) -> Result<StepStats> {
+        let started = Instant::now();
+        let events = segment.len();
+        let mut data = Vec::with_capacity(segment.len());
+        let mut catalog: Vec<(Position, Event)> = Vec::new();
+        let mut mismatched = Mismatched::default();
+        for d in segment {
+            let tick = match &d.event {
+                Event::Price(e) => Some((&e.market_id, &e.token_id)),
+                Event::Book(e) => Some((&e.market_id, &e.token_id)),
+                Event::Metrics(_) => None,
+                Event::Series(_) | Event::Event(_) | Event::Market(_) => {
+                    catalog.push((d.position, d.event));
+                    continue;
+                }
+            };
+            if let Some((market, token)) = tick {
+                if let Some(reason) = tick_conflict(market, token, self.owners.get(token)) {
+                    mismatched.add(d.position, reason);
+                    continue;
+                }
+            }
+            data.push(d);
+        }
+        let missing = self.rollup.prepare(&data);
+        if !missing.is_empty() {
+            let rows = self.store.load(missing).await?;
+            self.rollup.fill(rows);
+        }
+        let applied_stats = self.rollup.apply(&data);
+        let rows = self.rollup.drain_dirty();
+        let rows_written = rows.len();
+        let mut per_table = [0u64; 3];
+        rows.iter()
+            .for_each(|r| per_table[r.key.table as usize] += 1);
+        self.owners.forget_markets(&catalog);
+        let catalog_len = catalog.len() as u64;
+        let write = ProjectionWrite {
+            rows,
+            catalog,
+            consumed: upto,
+        };
+        let Applied { refused } = self.store.apply(write).await?;
+
+        metrics::histogram!(tm::PROJECTOR_FLUSH_SECONDS).record(started.elapsed().as_secs_f64());
+        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "price")
+            .increment(applied_stats.prices);
+        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "book")
+            .increment(applied_stats.books);
+        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "metrics")
+            .increment(applied_stats.metrics);
+        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "catalog")
+            .increment(catalog_len - refused.len() as u64);
+        metrics::counter!(tm::PROJECTOR_REPLAYS_SKIPPED).increment(applied_stats.replays_skipped);
+        for table in hindsight_contracts::Table::ALL {
+            metrics::counter!(tm::PROJECTOR_ROWS_WRITTEN, "table" => table.as_str())
+                .increment(per_table[table as usize]);
+        }
+        for r in &refused {
+            metrics::counter!(tm::PROJECTOR_NOT_FOLDED, "reason" => r.reason.kind().label())
+                .increment(1);
+            tracing::warn!(
+                partition = r.position.partition,
+                offset = r.position.offset,
+                market = %r.id,
+                "catalog record not stored: {}",
+                r.reason
+            );
+        }
+        let not_folded = refused.len() + mismatched.count;
+        mismatched.report();
         Ok(StepStats {
-            events: events as usize,
+            events,
             rows_written,
+            not_folded,
         })
+    }
+}
+
+/// Where the first segment of `batch` ends: before the first tick or
+/// snapshot whose fold a market record before it in the segment may decide
+/// otherwise than the catalog as stored now (`owners`). A tick of market A
+/// for token t is folded iff t is listed under no market or under A. A
+/// pending record of market M can list t under M — which changes the
+/// decision only when M is not A — or drop t from M, its listing market —
+/// which changes it only when M is not A. Records of A itself for its own
+/// ticks never need a cut, so the usual log (a market's record, then its
+/// ticks) is written in one piece.
+fn segment_end(batch: &[Delivered], owners: &Owners) -> usize {
+    let mut listed: FxHashMap<&str, Vec<&str>> = FxHashMap::default();
+    let mut pending: FxHashSet<&str> = FxHashSet::default();
+    for (i, d) in batch.iter().enumerate() {
+        let (market, token) = match &d.event {
+            Event::Market(m) => {
+                pending.insert(&m.id);
+                for t in &m.tokens {
+                    listed.entry(&t.id).or_default().push(&m.id);
+                }
+                continue;
+            }
+            Event::Price(e) => (e.market_id.as_str(), e.token_id.as_str()),
+            Event::Book(e) => (e.market_id.as_str(), e.token_id.as_str()),
+            Event::Metrics(_) | Event::Series(_) | Event::Event(_) => continue,
+        };
+        let listed_elsewhere = listed
+            .get(token)
+            .is_some_and(|markets| markets.iter().any(|m| *m != market));
+        let owner_pending = owners
+            .get(token)
+            .is_some_and(|owner| owner != market && pending.contains(owner));
+        if listed_elsewhere || owner_pending {
+            return i;
+        }
+    }
+    batch.len()
+}
+
+/// Ticks and snapshots of one segment left unfolded: counted, and logged
+/// once per token and market they were sent under, with the first position.
+#[derive(Default)]
+struct Mismatched {
+    count: usize,
+    /// `(first position, how many, reason)` per distinct reason text.
+    seen: Vec<(Position, usize, hindsight_schemas::wire::Reject)>,
+}
+
+impl Mismatched {
+    fn add(&mut self, position: Position, reason: hindsight_schemas::wire::Reject) {
+        self.count += 1;
+        match self.seen.iter_mut().find(|(_, _, r)| *r == reason) {
+            Some((_, n, _)) => *n += 1,
+            None => self.seen.push((position, 1, reason)),
+        }
+    }
+
+    fn report(self) {
+        if self.count == 0 {
+            return;
+        }
+        metrics::counter!(tm::PROJECTOR_NOT_FOLDED, "reason" => RejectKind::MarketMismatch.label())
+            .increment(self.count as u64);
+        for (first, n, reason) in self.seen {
+            tracing::warn!(
+                partition = first.partition,
+                offset = first.offset,
+                events = n,
+                "ticks or snapshots not folded (the first at this position): {reason}"
+            );
+        }
     }
 }
 

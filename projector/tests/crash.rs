@@ -13,10 +13,13 @@ mod common;
 
 use common::{all_keys, tables, Tables};
 use hindsight_contracts::conformance::log::sample_events;
+use hindsight_contracts::conformance::{self, T0};
 use hindsight_contracts::faults::{FaultyLog, FaultyStore, LogFault, StoreFault};
-use hindsight_contracts::{AppendBatch, AppendOutcome, EventLog, Idempotency, ProjectionStore};
+use hindsight_contracts::{
+    AppendBatch, AppendOutcome, EventLog, Idempotency, ProjectionStore, ReadStore, RowKey, Table,
+};
 use hindsight_projector::{Projector, ProjectorConfig};
-use hindsight_schemas::Event;
+use hindsight_schemas::{Event, PriceTick, Resolution, Timestamp};
 use hindsight_sqlite::{EmbeddedSource, SqliteLog, SqliteStore};
 use std::path::Path;
 use std::sync::Arc;
@@ -27,8 +30,73 @@ const BATCH: usize = 40;
 /// Events per projector step: small, so the log takes dozens of steps.
 const STEP: usize = 23;
 
+/// The sample log with what the catalog rule decides on spread through it
+/// (`hindsight_schemas::claims`): markets listing a token or taking a slug
+/// another market has (not stored), a market releasing a token that another
+/// then takes (whose owner's later versions listing it again are refused),
+/// a refusal and the release of its token close together (one step holds
+/// both), and ticks under another market than their token's (not folded).
 fn events() -> Vec<Event> {
-    sample_events("crash", 8, 30)
+    let mut events = sample_events("crash", 8, 30);
+    let market = |id: &str, round: i64, slug: &str, tokens: &[&str]| {
+        let tokens: Vec<(&str, &str)> = tokens.iter().map(|t| (*t, *t)).collect();
+        let updated = T0 + round * 7_000 + 500;
+        Event::Market(conformance::store::market(id, slug, "q", updated, &tokens))
+    };
+    let tick = |market: &str, token: &str, round: i64| {
+        Event::Price(PriceTick {
+            market_id: market.into(),
+            token_id: token.into(),
+            ts: Timestamp(T0 + round * 7_000 + 100),
+            p: 0.99,
+        })
+    };
+    // Where round `r` starts (the sample's events of one round share a ts
+    // range), latest insertion first so the indices hold.
+    let round_start = |events: &[Event], r: i64| {
+        events
+            .iter()
+            .position(|e| match e {
+                Event::Price(p) => p.ts.0 >= T0 + r * 7_000,
+                _ => false,
+            })
+            .unwrap()
+    };
+    let inserts = [
+        (
+            5,
+            vec![
+                market("crash-w", 5, "crash-w-slug", &["crash-m4-yes"]),
+                market("crash-m4", 5, "crash-m4-slug", &["crash-m4-no"]),
+                tick("crash-w", "crash-m4-yes", 5),
+            ],
+        ),
+        (
+            2,
+            vec![
+                market("crash-y", 2, "crash-m2-slug", &["crash-y-yes"]),
+                market("crash-m3", 2, "crash-m3-slug", &["crash-m3-yes"]),
+                market("crash-z", 2, "crash-z-slug", &["crash-m3-no"]),
+            ],
+        ),
+        (
+            1,
+            vec![
+                market(
+                    "crash-x",
+                    1,
+                    "crash-x-slug",
+                    &["crash-x-yes", "crash-m0-yes"],
+                ),
+                tick("crash-x", "crash-m1-no", 1),
+            ],
+        ),
+    ];
+    for (round, insert) in inserts {
+        let at = round_start(&events, round);
+        events.splice(at..at, insert);
+    }
+    events
 }
 
 /// Appends every event in batches, each under an idempotency key, retrying
@@ -82,6 +150,7 @@ async fn clean(dir: &Path, events: &[Event]) -> (Arc<SqliteLog>, Tables) {
     assert_eq!(projected, events.len() as u64);
     let tables = tables(&store, events).await;
     assert!(tables.rows.len() > 300, "{} rows", tables.rows.len());
+    assert_the_rule_held(&store).await;
     (log, tables)
 }
 
@@ -93,6 +162,7 @@ async fn crash_and_restart(
     fault: StoreFault,
     events: &[Event],
     want: &Tables,
+    rows_ahead: bool,
 ) {
     let faulty = Arc::new(FaultyStore::new(SqliteStore::open(dir).unwrap(), fault));
     let failed = project(log.clone(), faulty.clone()).await;
@@ -111,7 +181,7 @@ async fn crash_and_restart(
         behind.first().map_or(0, |p| p.offset) < head,
         "{fault:?}: nothing left to project after the failure"
     );
-    if let StoreFault::CrashBeforePositions(_) = fault {
+    if let (StoreFault::CrashBeforePositions(_), true) = (fault, rows_ahead) {
         // The crash really left rows ahead of the positions.
         let next = behind.first().map_or(0, |p| p.offset);
         let rows = store.load(all_keys(events)).await.unwrap();
@@ -132,36 +202,109 @@ async fn crash_and_restart(
 }
 
 /// Steps to fail at: the first, early, middle and late ones (the log takes
-/// about 33 steps of 23 events).
+/// about 33 polls of 23 events; a poll where a market record decides a
+/// later tick is written in two).
 const STEPS: [u64; 5] = [1, 2, 7, 16, 30];
 
-#[tokio::test]
-async fn a_failed_apply_then_a_restart_equals_a_clean_projection() {
+/// How many `apply`s a clean pass over `log` makes.
+async fn applies_of_a_clean_pass(log: &Arc<SqliteLog>, dir: &Path) -> u64 {
+    let counting = Arc::new(FaultyStore::new(
+        SqliteStore::open(dir).unwrap(),
+        StoreFault::FailApply(u64::MAX),
+    ));
+    project(log.clone(), counting.clone()).await.unwrap();
+    counting.applies()
+}
+
+/// The catalog rule decided each record and tick of the sample's conflicts
+/// (see [`events`]) as written: the first market keeps a token or slug, a
+/// released token is taken, ticks under another market are not folded.
+async fn assert_the_rule_held(store: &SqliteStore) {
+    for refused in ["crash-x", "crash-y", "crash-w"] {
+        let got = store.market(refused).await.unwrap();
+        assert!(got.is_none(), "{refused} is stored: {got:?}");
+    }
+    let token =
+        |id: &'static str| async move { store.token(id).await.unwrap().map(|t| t.market_id) };
+    assert_eq!(token("crash-m0-yes").await.as_deref(), Some("crash-m0"));
+    assert_eq!(token("crash-m3-no").await.as_deref(), Some("crash-z"));
+    assert_eq!(token("crash-m4-yes").await.as_deref(), Some("crash-m4"));
+    let by_slug = store.market("crash-m2-slug").await.unwrap().unwrap();
+    assert_eq!(by_slug.id, "crash-m2");
+    // crash-m1-no's day row counts crash-m1's ticks, not crash-x's.
+    let rows = store
+        .load(vec![RowKey {
+            table: Table::Prices,
+            id: "crash-m1-no".into(),
+            res: Resolution::D1,
+            bucket: Resolution::D1.bucket_start(Timestamp(T0)),
+        }])
+        .await
+        .unwrap();
+    let ticks_of_m1_no = events()
+        .iter()
+        .filter(|e| matches!(e, Event::Price(p) if p.token_id == "crash-m1-no" && p.market_id == "crash-m1"))
+        .count() as u64;
+    match &rows[..] {
+        [row] => match row.value {
+            hindsight_contracts::RowValue::Price { count, .. } => {
+                assert_eq!(
+                    count, ticks_of_m1_no,
+                    "crash-x's tick was folded into crash-m1-no"
+                )
+            }
+            _ => unreachable!(),
+        },
+        other => panic!("crash-m1-no's day row: {other:?}"),
+    }
+}
+
+/// Which writes to fail at.
+enum Steps {
+    These(&'static [u64]),
+    /// Every write a clean pass makes.
+    EveryWrite,
+}
+
+/// Projects the log once cleanly, then again failing at each step as
+/// `fault` says (each time on a store of its own) and restarting: every
+/// restart must equal the clean pass. `rows_ahead`: the failed write left
+/// rows ahead of the positions (checked, so the fault is known to bite).
+async fn fail_at_each(steps: Steps, fault: fn(u64) -> StoreFault, rows_ahead: bool) {
     let dir = tempfile::tempdir().unwrap();
     let events = events();
     let (log, want) = clean(dir.path(), &events).await;
-    for n in STEPS {
-        let store_dir = dir.path().join(format!("fail-{n}"));
-        crash_and_restart(&log, &store_dir, StoreFault::FailApply(n), &events, &want).await;
+    let steps: Vec<u64> = match steps {
+        Steps::These(steps) => steps.to_vec(),
+        Steps::EveryWrite => {
+            (1..=applies_of_a_clean_pass(&log, &dir.path().join("count")).await).collect()
+        }
+    };
+    for n in steps {
+        let store_dir = dir.path().join(format!("step-{n}"));
+        crash_and_restart(&log, &store_dir, fault(n), &events, &want, rows_ahead).await;
     }
 }
 
 #[tokio::test]
+async fn a_failed_apply_then_a_restart_equals_a_clean_projection() {
+    fail_at_each(Steps::These(&STEPS), StoreFault::FailApply, true).await;
+}
+
+#[tokio::test]
 async fn a_crash_between_rows_and_positions_then_a_restart_equals_a_clean_projection() {
-    let dir = tempfile::tempdir().unwrap();
-    let events = events();
-    let (log, want) = clean(dir.path(), &events).await;
-    for n in STEPS {
-        let store_dir = dir.path().join(format!("cut-{n}"));
-        crash_and_restart(
-            &log,
-            &store_dir,
-            StoreFault::CrashBeforePositions(n),
-            &events,
-            &want,
-        )
-        .await;
-    }
+    fail_at_each(Steps::These(&STEPS), StoreFault::CrashBeforePositions, true).await;
+}
+
+/// A crash between the catalog and the positions at every write of the
+/// log: each restart replays a step whose catalog records were decided
+/// already, and must not decide them again (a refused market stays refused
+/// though a later record of the step released its token). Every restart
+/// equals the clean pass, which kept the catalog rule. (A write may hold
+/// only catalog records: no row need be ahead.)
+#[tokio::test]
+async fn a_crash_at_any_write_leaves_the_catalog_rule_deciding_as_one_clean_pass() {
+    fail_at_each(Steps::EveryWrite, StoreFault::CrashBeforePositions, false).await;
 }
 
 /// A failed append retried under its idempotency key leaves the log, and so

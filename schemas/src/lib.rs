@@ -3,12 +3,14 @@
 //! Read in this order: [`time`] (UTC milliseconds and how we parse them),
 //! [`resolution`] (bucket widths and bucket math), [`event`] (what flows
 //! through the log), [`wire`] (how pipelines send events, and every
-//! validation rule), [`codec`] (the versioned envelope the log stores).
+//! validation rule), [`claims`] (one market per token and per slug, the
+//! catalog rule), [`codec`] (the versioned envelope the log stores).
 //!
 //! Nothing here does I/O: the crate is pure so that ingest, projector and API
 //! agree on one definition of every rule.
 
 pub mod api;
+pub mod claims;
 pub mod codec;
 pub mod event;
 pub mod resolution;

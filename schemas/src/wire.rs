@@ -50,10 +50,21 @@ pub enum RejectKind {
     Duplicate,
     /// Fields that contradict each other (a winner that is not a token).
     Inconsistent,
+    /// A price tick or book snapshot whose token the catalog lists under
+    /// another market (field `market_id`): folded, it would land in that
+    /// market's history.
+    MarketMismatch,
+    /// A market listing a token the catalog lists under another market
+    /// (field `tokens[i].id`): a token belongs to the first market that
+    /// lists it.
+    TokenClaimed,
+    /// A market whose slug another market of the catalog has (field
+    /// `slug`): `/v1/markets/{slug}` must name one market.
+    SlugTaken,
 }
 
 impl RejectKind {
-    pub const ALL: [RejectKind; 14] = [
+    pub const ALL: [RejectKind; 17] = [
         RejectKind::NotUtf8,
         RejectKind::MalformedJson,
         RejectKind::WrongType,
@@ -68,6 +79,18 @@ impl RejectKind {
         RejectKind::BookNotBestFirst,
         RejectKind::Duplicate,
         RejectKind::Inconsistent,
+        RejectKind::MarketMismatch,
+        RejectKind::TokenClaimed,
+        RejectKind::SlugTaken,
+    ];
+
+    /// The kinds found against the catalog ([`crate::claims`]) rather than
+    /// by [`parse_line`]: a line is refused for them by what other lines
+    /// said before it, not by its own content.
+    pub const CATALOG: [RejectKind; 3] = [
+        RejectKind::MarketMismatch,
+        RejectKind::TokenClaimed,
+        RejectKind::SlugTaken,
     ];
 
     /// The metric label: short, bounded, stable (dashboards and alerts
@@ -88,6 +111,9 @@ impl RejectKind {
             RejectKind::BookNotBestFirst => "book_not_best_first",
             RejectKind::Duplicate => "duplicate",
             RejectKind::Inconsistent => "inconsistent",
+            RejectKind::MarketMismatch => "market_mismatch",
+            RejectKind::TokenClaimed => "token_claimed",
+            RejectKind::SlugTaken => "slug_taken",
         }
     }
 }
@@ -115,6 +141,37 @@ impl Reject {
     /// (which starts with `": "` or `" "`).
     fn field(kind: RejectKind, name: &str, rest: impl fmt::Display) -> Self {
         Self::new(kind, Some(name), format!("field `{name}`{rest}"))
+    }
+
+    /// A tick of `market_id` for a token the catalog lists under `owner`.
+    pub fn market_mismatch(market_id: &str, token_id: &str, owner: &str) -> Self {
+        Self::field(
+            RejectKind::MarketMismatch,
+            "market_id",
+            format!(
+                ": token `{token_id}` is listed under market `{owner}` in the catalog, not `{market_id}`"
+            ),
+        )
+    }
+
+    /// The `index`th token of a market is listed under market `owner`.
+    pub fn token_claimed(index: usize, token_id: &str, owner: &str) -> Self {
+        Self::field(
+            RejectKind::TokenClaimed,
+            &format!("tokens[{index}].id"),
+            format!(
+                ": token `{token_id}` is already listed under market `{owner}` (a token belongs to the first market that lists it)"
+            ),
+        )
+    }
+
+    /// A market's slug is market `owner`'s.
+    pub fn slug_taken(slug: &str, owner: &str) -> Self {
+        Self::field(
+            RejectKind::SlugTaken,
+            "slug",
+            format!(": `{slug}` is already the slug of market `{owner}`"),
+        )
     }
 
     fn missing(name: &str, kind: EventKind) -> Self {
@@ -1082,10 +1139,14 @@ mod tests {
             (RejectKind::NotUtf8, None)
         );
         assert!(reject.to_string().starts_with("line is not valid UTF-8"));
-        // Every kind but NotUtf8 (found before parsing) is reachable from a line.
+        // Every kind but NotUtf8 (found before parsing) and the catalog
+        // kinds (found against other lines: `claims` tests them) is
+        // reachable from a line.
         for kind in RejectKind::ALL {
             assert!(
-                kind == RejectKind::NotUtf8 || cases.iter().any(|(_, k, _)| *k == kind),
+                kind == RejectKind::NotUtf8
+                    || RejectKind::CATALOG.contains(&kind)
+                    || cases.iter().any(|(_, k, _)| *k == kind),
                 "no case for {kind:?}"
             );
         }

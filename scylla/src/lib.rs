@@ -13,7 +13,8 @@
 //! (`tests/conformance.rs`, which fails rather than skips without
 //! `HINDSIGHT_SCYLLA_NODES`). That covers whole-row writes, positions
 //! written last, catalog versions, slug and token replacement, the change
-//! feed after a cursor, `reset`, keys and counter rate windows, and a
+//! feed after a cursor, `reset`, keys and the rate-limit log (its bound
+//! under concurrent handles included), and a
 //! 2 400-row write with 400 rows of ~2 KiB in one partition.
 //!
 //! What only ScyllaDB itself could confirm (it cannot run here):

@@ -5,7 +5,13 @@
 /// and `tokens` (a market upsert now replaces its slug and token list).
 /// Migrating a version 1 keyspace creates the new tables empty: run
 /// `hindsight rebuild` after it to fill them from the log.
-pub const SCHEMA_VERSION: i32 = 2;
+/// Version 3: `rate_hits`, a log of admitted requests, replaces the counter
+/// table `rate_windows` (fixed minute windows let twice a plan's rate through
+/// around a window's edge); a migrated keyspace keeps the old table unused,
+/// drop it by hand. And `catalog_consumed` (created empty: the catalog
+/// records of a version 2 keyspace are decided already, and replays start
+/// after them).
+pub const SCHEMA_VERSION: i32 = 3;
 
 const CQL: &str = include_str!("../../schemas/cql/hindsight.cql");
 
@@ -97,6 +103,19 @@ mod tests {
         assert!(migration_plan(Some(SCHEMA_VERSION), "hs", REPL).is_empty());
         // An older recorded version re-applies the (idempotent) statements.
         assert_eq!(migration_plan(Some(SCHEMA_VERSION - 1), "hs", REPL), first);
+    }
+
+    #[test]
+    fn rate_hits_live_as_long_as_the_contract_keeps_them() {
+        let table = statements("hs", REPL)
+            .into_iter()
+            .find(|s| s.starts_with("CREATE TABLE IF NOT EXISTS hs.rate_hits"))
+            .expect("the rate_hits table");
+        let ttl = hindsight_contracts::auth::RATE_HIT_RETENTION_MS / 1000;
+        assert!(
+            table.contains(&format!("default_time_to_live = {ttl} ")),
+            "{table}"
+        );
     }
 
     #[test]

@@ -116,6 +116,16 @@ pub fn all(ks: &str) -> Vec<Stmt> {
         format!("SELECT partition, next_offset FROM {ks}.consumed"),
         &[],
     ));
+    out.push(stmt(
+        "upsert_catalog_consumed",
+        format!("INSERT INTO {ks}.catalog_consumed (partition, next_offset) VALUES (?, ?)"),
+        &["int", "bigint"],
+    ));
+    out.push(stmt(
+        "select_catalog_consumed",
+        format!("SELECT next_offset FROM {ks}.catalog_consumed WHERE partition = ?"),
+        &["int"],
+    ));
     for table in ["series", "events", "markets"] {
         out.push(stmt(
             format!("version_{table}"),
@@ -200,16 +210,19 @@ pub fn all(ks: &str) -> Vec<Stmt> {
         &[],
     ));
     out.push(stmt(
-        "hit_window",
-        format!(
-            "UPDATE {ks}.rate_windows SET count = count + 1 WHERE key_id = ? AND window_start = ?"
-        ),
-        &["text", "timestamp"],
+        "insert_hit",
+        format!("INSERT INTO {ks}.rate_hits (key_id, at, id) VALUES (?, ?, ?)"),
+        &["text", "timestamp", "bigint"],
     ));
     out.push(stmt(
-        "read_window",
-        format!("SELECT count FROM {ks}.rate_windows WHERE key_id = ? AND window_start = ?"),
-        &["text", "timestamp"],
+        "select_hits",
+        format!("SELECT at FROM {ks}.rate_hits WHERE key_id = ? AND at > ? AND at < ?"),
+        &["text", "timestamp", "timestamp"],
+    ));
+    out.push(stmt(
+        "delete_hit",
+        format!("DELETE FROM {ks}.rate_hits WHERE key_id = ? AND at = ? AND id = ?"),
+        &["text", "timestamp", "bigint"],
     ));
     out
 }
@@ -222,6 +235,7 @@ pub fn derived_tables(ks: &str) -> Vec<String> {
         .collect();
     for name in [
         "consumed",
+        "catalog_consumed",
         "series",
         "events",
         "markets",

@@ -1,4 +1,4 @@
-//! [`ScyllaStore`]: buckets, catalog, keys and rate windows on ScyllaDB.
+//! [`ScyllaStore`]: buckets, catalog, keys and the rate-limit log on ScyllaDB.
 //!
 //! Writes: prepared statements only; the projector's rows are grouped by
 //! partition into unlogged batches (one partition per batch: no coordinator
@@ -11,7 +11,11 @@
 use crate::schema;
 use crate::statements::{self, period_of, Stmt};
 use async_trait::async_trait;
+use futures::{future, stream, StreamExt, TryStreamExt};
+use hindsight_contracts::auth::counted_range;
 use hindsight_contracts::*;
+use hindsight_schemas::claims::{market_conflict, Lookups};
+use hindsight_schemas::wire::Reject;
 use hindsight_schemas::{codec, Event, MarketRecord, Resolution, Timestamp};
 use hindsight_telemetry as tm;
 use scylla::client::session::Session;
@@ -22,7 +26,7 @@ use scylla::serialize::row::SerializeRow;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
 use scylla::statement::Consistency;
-use scylla::value::{Counter, CqlTimestamp};
+use scylla::value::CqlTimestamp;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -158,9 +162,9 @@ impl ScyllaStore {
             }
             p.set_consistency(config.consistency);
             p.set_request_timeout(Some(config.request_timeout));
-            // Every write is a whole-row overwrite or a counter bump; the
-            // counter is the one statement not safe to retry.
-            p.set_is_idempotent(name != "hit_window");
+            // Every write is a whole-row overwrite, or the insert or delete
+            // of a rate hit under its own random id: all safe to retry.
+            p.set_is_idempotent(true);
             prepared.insert(name, p);
         }
         let writes = Arc::new(Semaphore::new(config.write_concurrency.max(1)));
@@ -254,6 +258,83 @@ impl ScyllaStore {
     }
 
     /// Writes the rows of one partition as one unlogged batch.
+    /// The stored rows of one partition among `buckets`.
+    async fn load_partition(
+        &self,
+        (table, res, id, period): (Table, Resolution, Arc<str>, i64),
+        buckets: Vec<i64>,
+    ) -> Result<Vec<Row>> {
+        let mut out = Vec::new();
+        let name = format!("load_{}_{}", table.as_str(), res.as_str());
+        let list: Vec<CqlTimestamp> = buckets.iter().map(|&b| ts(b)).collect();
+        let rows = self
+            .exec("load_rows", &name, (id.as_ref(), period, list))
+            .await?
+            .into_rows_result()
+            .map_err(corrupt)?;
+        let key = |bucket: CqlTimestamp| RowKey {
+            table,
+            id: id.clone(),
+            res,
+            bucket: Timestamp(bucket.0),
+        };
+        match table {
+            Table::Prices => {
+                for r in rows
+                    .rows::<(CqlTimestamp, f64, i64, i64)>()
+                    .map_err(corrupt)?
+                {
+                    let (b, sum, count, last) = r.map_err(corrupt)?;
+                    out.push(Row {
+                        key: key(b),
+                        value: RowValue::Price {
+                            sum,
+                            count: count as u64,
+                        },
+                        last_offset: last as u64,
+                    });
+                }
+            }
+            Table::Metrics => {
+                for r in rows
+                    .rows::<(CqlTimestamp, f64, f64, f64, i64, i64)>()
+                    .map_err(corrupt)?
+                {
+                    let (b, v, l, s, count, last) = r.map_err(corrupt)?;
+                    out.push(Row {
+                        key: key(b),
+                        value: RowValue::Metrics {
+                            volume_sum: v,
+                            liquidity_sum: l,
+                            spread_sum: s,
+                            count: count as u64,
+                        },
+                        last_offset: last as u64,
+                    });
+                }
+            }
+            Table::Books => {
+                for r in rows
+                    .rows::<(CqlTimestamp, CqlTimestamp, i64, String, String, i64)>()
+                    .map_err(corrupt)?
+                {
+                    let (b, at, offset, bids, asks, last) = r.map_err(corrupt)?;
+                    out.push(Row {
+                        key: key(b),
+                        value: RowValue::Book {
+                            ts: Timestamp(at.0),
+                            offset: offset as u64,
+                            bids,
+                            asks,
+                        },
+                        last_offset: last as u64,
+                    });
+                }
+            }
+        }
+        Ok(out)
+    }
+
     async fn write_partition(&self, rows: Vec<Row>) -> Result<()> {
         let Some(first) = rows.first() else {
             return Ok(());
@@ -357,11 +438,12 @@ impl ScyllaStore {
         retry("write_rows", || run(batch.clone(), rows.clone())).await
     }
 
-    /// Upserts a catalog record if newer than the stored version, with its
-    /// lookups and a change-feed entry. A market's new slug and tokens are
-    /// written before the rows of its dropped ones are deleted, so the
-    /// market stays reachable throughout.
-    async fn write_catalog(&self, pos: Position, event: &Event) -> Result<()> {
+    /// Upserts a catalog record if newer than the stored version (and, for a
+    /// market, taking no other market's token or slug), with its lookups and
+    /// a change-feed entry. A market's new slug and tokens are written before
+    /// the rows of its dropped ones are deleted, so the market stays
+    /// reachable throughout.
+    async fn write_catalog(&self, pos: Position, event: &Event) -> Result<Decision> {
         let (table, kind, id, updated) = match event {
             Event::Series(s) => ("series", "series", &s.id, s.updated_at),
             Event::Event(e) => ("events", "event", &e.id, e.updated_at),
@@ -388,7 +470,12 @@ impl ScyllaStore {
             // Equal is the same record delivered again: written again (a
             // crash may have come anywhere below), which is harmless.
             if (updated.0, pos.offset as i64) < (at.0, *offset) {
-                return Ok(());
+                return Ok(Decision::Done);
+            }
+        }
+        if let Event::Market(m) = event {
+            if let Some(reason) = self.market_refusal(m).await? {
+                return Ok(Decision::Refused(reason));
             }
         }
         // Lookups first, the record last: until the record is written, a
@@ -428,7 +515,133 @@ impl ScyllaStore {
             )
         })
         .await?;
-        Ok(())
+        Ok(Decision::Done)
+    }
+
+    /// Why market version `m` may not be stored: one of its tokens is
+    /// listed under another market, or its slug is another market's. A
+    /// lookup row counts only if its market's stored record still lists the
+    /// token or has the slug: a crash between a market's lookups and its
+    /// record can leave a row of a version never stored.
+    async fn market_refusal(&self, m: &MarketRecord) -> Result<Option<Reject>> {
+        let mut claims = Lookups::default();
+        for t in &m.tokens {
+            let rows = self
+                .exec("write_catalog", "select_token", (t.id.as_str(),))
+                .await?
+                .into_rows_result()
+                .map_err(corrupt)?;
+            let mut others: Vec<String> = Vec::new();
+            for r in rows.rows::<(String, String, i64)>().map_err(corrupt)? {
+                let (market_id, _, _) = r.map_err(corrupt)?;
+                if market_id != m.id {
+                    others.push(market_id);
+                }
+            }
+            others.sort();
+            for other in others {
+                let lists = self
+                    .market_by_id(&other)
+                    .await?
+                    .is_some_and(|o| o.tokens.iter().any(|ot| ot.id == t.id));
+                if lists {
+                    claims.tokens.insert(t.id.clone(), other);
+                    break;
+                }
+            }
+        }
+        let ids = self
+            .exec("write_catalog", "select_market_slug", (m.slug.as_str(),))
+            .await?
+            .into_rows_result()
+            .map_err(corrupt)?;
+        let mut others: Vec<String> = Vec::new();
+        for r in ids.rows::<(String,)>().map_err(corrupt)? {
+            let (id,) = r.map_err(corrupt)?;
+            if id != m.id {
+                others.push(id);
+            }
+        }
+        others.sort();
+        for other in others {
+            if self
+                .market_by_id(&other)
+                .await?
+                .is_some_and(|o| o.slug == m.slug)
+            {
+                claims.slugs.insert(m.slug.clone(), other);
+                break;
+            }
+        }
+        Ok(market_conflict(&claims, m))
+    }
+
+    /// Where the catalog of log partition `partition` was decided up to.
+    async fn catalog_consumed(&self, partition: u32) -> Result<u64> {
+        let rows = self
+            .exec(
+                "write_catalog",
+                "select_catalog_consumed",
+                (partition as i32,),
+            )
+            .await?
+            .into_rows_result()
+            .map_err(corrupt)?;
+        Ok(rows
+            .maybe_first_row::<(i64,)>()
+            .map_err(corrupt)?
+            .map_or(0, |(next,)| next.max(0) as u64))
+    }
+
+    async fn write_catalog_consumed(&self, partition: u32, next: u64) -> Result<()> {
+        retry("write_catalog", || {
+            self.exec(
+                "write_catalog",
+                "upsert_catalog_consumed",
+                (partition as i32, next as i64),
+            )
+        })
+        .await
+        .map(|_| ())
+    }
+
+    /// The catalog records of one apply, in order, each decided once: a
+    /// record before the partition's `catalog_consumed` is skipped. The mark
+    /// is written after each refusal (a replay must not store what was
+    /// refused, even if a later record released its token) and after the
+    /// last record; a stored record decided again is stored again, the same.
+    async fn write_catalog_records(&self, catalog: &[(Position, Event)]) -> Result<Applied> {
+        let mut applied = Applied::default();
+        let mut decided: BTreeMap<u32, u64> = BTreeMap::new();
+        for (pos, event) in catalog {
+            if !matches!(event, Event::Series(_) | Event::Event(_) | Event::Market(_)) {
+                return Err(Error::backend(
+                    "cql",
+                    format!("{} is not a catalog record", event.kind().as_str()),
+                ));
+            }
+            let next = match decided.get(&pos.partition) {
+                Some(next) => *next,
+                None => self.catalog_consumed(pos.partition).await?,
+            };
+            decided.insert(pos.partition, next.max(pos.offset + 1));
+            if pos.offset < next {
+                continue;
+            }
+            if let Decision::Refused(reason) = self.write_catalog(*pos, event).await? {
+                self.write_catalog_consumed(pos.partition, pos.offset + 1)
+                    .await?;
+                applied.refused.push(Refused {
+                    position: *pos,
+                    id: event.key().to_string(),
+                    reason,
+                });
+            }
+        }
+        for (partition, next) in decided {
+            self.write_catalog_consumed(partition, next).await?;
+        }
+        Ok(applied)
     }
 
     /// The slug and token lookups of a market's new version; the rows of
@@ -548,7 +761,10 @@ impl ProjectionStore for ScyllaStore {
     }
 
     async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
-        // One query per partition, the buckets as an IN list.
+        // One query per partition, the buckets as an IN list; partitions
+        // are read concurrently (at most `write_concurrency` at once): a
+        // long-tail batch touches thousands of partitions, and one after
+        // another the step would wait on thousands of round trips.
         let mut partitions: BTreeMap<(Table, Resolution, Arc<str>, i64), Vec<i64>> =
             BTreeMap::new();
         for k in &keys {
@@ -557,80 +773,34 @@ impl ProjectionStore for ScyllaStore {
                 .or_default()
                 .push(k.bucket.0);
         }
-        let mut out = Vec::new();
-        for ((table, res, id, period), buckets) in partitions {
-            let name = format!("load_{}_{}", table.as_str(), res.as_str());
-            let list: Vec<CqlTimestamp> = buckets.iter().map(|&b| ts(b)).collect();
-            let rows = self
-                .exec("load_rows", &name, (id.as_ref(), period, list))
-                .await?
-                .into_rows_result()
-                .map_err(corrupt)?;
-            let key = |bucket: CqlTimestamp| RowKey {
-                table,
-                id: id.clone(),
-                res,
-                bucket: Timestamp(bucket.0),
-            };
-            match table {
-                Table::Prices => {
-                    for r in rows
-                        .rows::<(CqlTimestamp, f64, i64, i64)>()
-                        .map_err(corrupt)?
-                    {
-                        let (b, sum, count, last) = r.map_err(corrupt)?;
-                        out.push(Row {
-                            key: key(b),
-                            value: RowValue::Price {
-                                sum,
-                                count: count as u64,
-                            },
-                            last_offset: last as u64,
-                        });
-                    }
-                }
-                Table::Metrics => {
-                    for r in rows
-                        .rows::<(CqlTimestamp, f64, f64, f64, i64, i64)>()
-                        .map_err(corrupt)?
-                    {
-                        let (b, v, l, s, count, last) = r.map_err(corrupt)?;
-                        out.push(Row {
-                            key: key(b),
-                            value: RowValue::Metrics {
-                                volume_sum: v,
-                                liquidity_sum: l,
-                                spread_sum: s,
-                                count: count as u64,
-                            },
-                            last_offset: last as u64,
-                        });
-                    }
-                }
-                Table::Books => {
-                    for r in rows
-                        .rows::<(CqlTimestamp, CqlTimestamp, i64, String, String, i64)>()
-                        .map_err(corrupt)?
-                    {
-                        let (b, at, offset, bids, asks, last) = r.map_err(corrupt)?;
-                        out.push(Row {
-                            key: key(b),
-                            value: RowValue::Book {
-                                ts: Timestamp(at.0),
-                                offset: offset as u64,
-                                bids,
-                                asks,
-                            },
-                            last_offset: last as u64,
-                        });
-                    }
-                }
-            }
-        }
-        Ok(out)
+        let parts: Vec<Vec<Row>> = stream::iter(
+            partitions
+                .into_iter()
+                .map(|(partition, buckets)| self.load_partition(partition, buckets)),
+        )
+        .buffer_unordered(self.config.write_concurrency.max(1))
+        .try_collect()
+        .await?;
+        Ok(parts.into_iter().flatten().collect())
     }
 
-    async fn apply(&self, write: ProjectionWrite) -> Result<()> {
+    async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
+        // Point reads side by side, within the projector's one budget of
+        // requests in flight (`write_concurrency`).
+        let lookups = token_ids.iter().map(|id| async move {
+            let _permit = self.writes.acquire().await.map_err(fail)?;
+            self.token(id).await
+        });
+        let found = future::join_all(lookups).await;
+        Ok(found
+            .into_iter()
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flatten()
+            .collect())
+    }
+
+    async fn apply(&self, write: ProjectionWrite) -> Result<Applied> {
         let started = Instant::now();
         let mut partitions: BTreeMap<(Table, Resolution, Arc<str>, i64), Vec<Row>> =
             BTreeMap::new();
@@ -657,11 +827,8 @@ impl ProjectionStore for ScyllaStore {
             });
         }
         // Bounded by the semaphore; awaited together.
-        let results = join_all(tasks).await;
-        results.into_iter().collect::<Result<Vec<()>>>()?;
-        for (pos, event) in &write.catalog {
-            self.write_catalog(*pos, event).await?;
-        }
+        future::try_join_all(tasks).await?;
+        let applied = self.write_catalog_records(&write.catalog).await?;
         // Positions last: they may only say what is durable.
         for p in &write.consumed {
             retry("write_consumed", || {
@@ -675,7 +842,7 @@ impl ProjectionStore for ScyllaStore {
         }
         metrics::histogram!(tm::STORE_QUERY_SECONDS, "op" => "apply")
             .record(started.elapsed().as_secs_f64());
-        Ok(())
+        Ok(applied)
     }
 
     async fn reset(&self) -> Result<()> {
@@ -689,31 +856,12 @@ impl ProjectionStore for ScyllaStore {
     }
 }
 
-/// Awaits futures concurrently (they hold semaphore permits, so at most
-/// `write_concurrency` run at once).
-async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
-    let mut set = Vec::with_capacity(futures.len());
-    let mut pinned: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
-    let mut done: Vec<Option<F::Output>> = (0..pinned.len()).map(|_| None).collect();
-    std::future::poll_fn(|cx| {
-        let mut pending = false;
-        for (i, f) in pinned.iter_mut().enumerate() {
-            if done[i].is_none() {
-                match f.as_mut().poll(cx) {
-                    std::task::Poll::Ready(v) => done[i] = Some(v),
-                    std::task::Poll::Pending => pending = true,
-                }
-            }
-        }
-        if pending {
-            std::task::Poll::Pending
-        } else {
-            std::task::Poll::Ready(())
-        }
-    })
-    .await;
-    set.extend(done.into_iter().map(|d| d.expect("every future completed")));
-    set
+/// What became of one catalog record.
+enum Decision {
+    /// Stored, or older than the stored version (and so left out).
+    Done,
+    /// Not stored: it contradicts the stored catalog.
+    Refused(Reject),
 }
 
 fn decode_market(body: &[u8]) -> Result<MarketRecord> {
@@ -781,9 +929,11 @@ impl ReadStore for ScyllaStore {
     }
 
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>> {
-        // One row per market listing the token: normally one. While two
-        // markets list it (it moved and the old market's update is still
-        // to come), the latest written wins, as in the embedded store.
+        // One row per market listing the token: one, since a market version
+        // listing another market's token is not stored. Several only in a
+        // keyspace written before that rule, or after two projectors stored
+        // conflicting markets at the same instant (docs/DESIGN.md, "The
+        // catalog"): the latest written wins, as in the embedded store.
         let rows = self
             .exec("read_token", "select_token", (token_id,))
             .await?
@@ -938,19 +1088,103 @@ impl AuthStore for ScyllaStore {
         Ok(out)
     }
 
-    async fn hit_window(&self, key_id: &str, window: Timestamp) -> Result<u64> {
-        // A counter: increments from every API replica add up. The read
-        // after the increment sees at least this request.
-        self.exec("hit_window", "hit_window", (key_id, ts(window.0)))
-            .await?;
+    /// Check, write, count again; a hit that finds the limit exceeded
+    /// deletes its own row. No lightweight transaction and no counter.
+    ///
+    /// Why no interval `I` of one window ever holds more than `limit`
+    /// admitted hits: suppose it held `limit + 1`, and let `h` be the one
+    /// among them whose insert was acknowledged last. Every other one was
+    /// acknowledged before, so before `h`'s second read began; admitted rows
+    /// are never deleted and outlive any read that counts them
+    /// ([`RATE_HIT_RETENTION_MS`](hindsight_contracts::auth::RATE_HIT_RETENTION_MS));
+    /// all lie in `I`, which lies within [`counted_range`] of `h.at` (it
+    /// holds `h`, and is one window long). So that read counted at least
+    /// `limit + 1` rows and `h` was refused.
+    ///
+    /// The one assumption: a read begun after a write was acknowledged sees
+    /// it, i.e. the read and write consistency levels' replica sets
+    /// intersect (`QUORUM`, `LOCAL_QUORUM` within one datacenter, or `ONE`
+    /// with one replica). With `LOCAL_QUORUM` across datacenters the bound
+    /// holds per datacenter.
+    ///
+    /// Hits racing for the last places may all see each other's rows and
+    /// all withdraw. Such a hit tries again after a random pause (growing
+    /// with each attempt, [`RACE_ATTEMPTS`] in all), which spreads the
+    /// racers out; each attempt is the whole procedure, so the bound holds
+    /// whatever happens.
+    ///
+    /// Cost per request: one read of the key's partition (at most `limit`
+    /// rows, plus racers' rows) for a refused hit, the common case of a
+    /// client over its limit, which writes nothing; one insert and a second
+    /// read for an admitted one; a delete (and a retry) only for a hit that
+    /// lost a race at the limit.
+    async fn take_hit(&self, key_id: &str, now: Timestamp, limit: u32) -> Result<RateHits> {
+        let limit = limit as usize;
+        let mut attempt = 0;
+        loop {
+            let before = self.hits("take_hit", key_id, now).await?;
+            if before.len() >= limit {
+                return Ok(RateHits {
+                    admitted: false,
+                    hits: before,
+                });
+            }
+            let id = random_u64() as i64;
+            self.exec("take_hit", "insert_hit", (key_id, ts(now.0), id))
+                .await?;
+            let after = self.hits("take_hit", key_id, now).await?;
+            if after.len() <= limit {
+                return Ok(RateHits {
+                    admitted: true,
+                    hits: after,
+                });
+            }
+            self.exec("take_hit", "delete_hit", (key_id, ts(now.0), id))
+                .await?;
+            attempt += 1;
+            if attempt == RACE_ATTEMPTS {
+                // Refused in a race: the window had room before it.
+                return Ok(RateHits {
+                    admitted: false,
+                    hits: before,
+                });
+            }
+            let pause_ms = random_u64() % (RACE_PAUSE_MS << attempt);
+            tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+        }
+    }
+
+    async fn rate_hits(&self, key_id: &str, now: Timestamp) -> Result<Vec<Timestamp>> {
+        self.hits("read_hits", key_id, now).await
+    }
+}
+
+impl ScyllaStore {
+    /// The hits of `key_id` counted at `now`, ascending (the clustering order).
+    async fn hits(&self, op: &'static str, key_id: &str, now: Timestamp) -> Result<Vec<Timestamp>> {
+        let (after, before) = counted_range(now);
         let rows = self
-            .exec("hit_window", "read_window", (key_id, ts(window.0)))
+            .exec(op, "select_hits", (key_id, ts(after.0), ts(before.0)))
             .await?
             .into_rows_result()
             .map_err(corrupt)?;
-        Ok(rows
-            .maybe_first_row::<(Counter,)>()
+        rows.rows::<(CqlTimestamp,)>()
             .map_err(corrupt)?
-            .map_or(1, |(c,)| c.0.max(1) as u64))
+            .map(|r| r.map(|(t,)| Timestamp(t.0)).map_err(corrupt))
+            .collect()
     }
+}
+
+/// Attempts of a hit that keeps losing races for the last places in its
+/// window before it is refused.
+const RACE_ATTEMPTS: u32 = 4;
+/// The longest pause before the second attempt; doubled for each next one.
+const RACE_PAUSE_MS: u64 = 10;
+
+/// Random bits: a hit's row id (two hits of one key in one millisecond are
+/// two rows, and a withdrawn hit deletes only its own) and race pauses.
+fn random_u64() -> u64 {
+    let mut bytes = [0u8; 8];
+    getrandom::fill(&mut bytes).expect("the OS random source is available");
+    u64::from_le_bytes(bytes)
 }

@@ -9,13 +9,15 @@
 //!   anywhere neither loses nor double-counts an event. `synchronous=NORMAL`
 //!   is enough here: a power loss can only roll back whole transactions, and
 //!   the projector then re-reads those events from the log.
+//! - `limits.db`: the rate-limit log of the API processes (`limits`).
 //!
-//! Two files rather than one so that ingest and the projector never wait on
+//! Separate files rather than one so that ingest and the projector never wait on
 //! each other's write lock. Several processes (`hindsight ingest`,
 //! `projector`, `api`) can share a data directory; SQLite's locking keeps
 //! them consistent.
 
 mod db;
+mod limits;
 mod log;
 mod store;
 

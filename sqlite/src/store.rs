@@ -1,9 +1,13 @@
-//! The embedded read store: bucket tables, catalog and API keys in `store.db`.
+//! The embedded read store: bucket tables, catalog and API keys in `store.db`
+//! (and the rate-limit log in `limits.db`, [`crate::limits`]).
 
 use crate::db::{blocking, open, Durability, Pool};
+use crate::limits::RateLog;
 use crate::{CResult, Error, Result};
 use async_trait::async_trait;
 use hindsight_contracts::*;
+use hindsight_schemas::claims::{market_conflict, Lookups};
+use hindsight_schemas::wire::Reject;
 use hindsight_schemas::{codec, Event, MarketRecord, Timestamp};
 use hindsight_telemetry as tm;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
@@ -11,8 +15,10 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-/// Bumped when the layout below changes; recorded in `meta`.
-pub const SCHEMA_VERSION: i64 = 2;
+/// Bumped when the layout below changes; recorded in `meta`. Version 3
+/// adds `catalog_consumed` (created empty on open: a store of version 2
+/// decided its catalog records already, and replays start after them).
+pub const SCHEMA_VERSION: i64 = 3;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -39,6 +45,9 @@ CREATE TABLE IF NOT EXISTS book_buckets (
 
 -- Per log partition, the offset after the last event the projector applied.
 CREATE TABLE IF NOT EXISTS consumed (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL);
+-- Per log partition, the offset after the last catalog record decided
+-- (stored, refused or older): a record before it is not decided again.
+CREATE TABLE IF NOT EXISTS catalog_consumed (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL);
 
 -- Catalog. `body` is the record in the log's own envelope encoding; the
 -- other columns exist to be filtered and sorted on. A record replaces the
@@ -88,20 +97,12 @@ const DERIVED_TABLES: &[&str] = &[
     "metric_buckets",
     "book_buckets",
     "consumed",
+    "catalog_consumed",
     "series",
     "events",
     "markets",
     "tokens",
 ];
-
-/// Request counts per key and window, in their own file (`limits.db`): every
-/// API request may write here, and must not queue behind the projector.
-const LIMITS_SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS rate_windows (
-    key_id TEXT NOT NULL, window_start INTEGER NOT NULL, count INTEGER NOT NULL,
-    PRIMARY KEY (key_id, window_start)
-) WITHOUT ROWID;
-";
 
 /// Brings a `store.db` of an older layout to [`SCHEMA_VERSION`]. Version 1
 /// ordered catalog changes by log offset; version 2 adds `change_seq`.
@@ -130,7 +131,7 @@ fn migrate(conn: &Connection) -> Result<()> {
 pub struct SqliteStore {
     writer: Arc<Mutex<Connection>>,
     readers: Arc<Pool>,
-    limits: Arc<Mutex<Connection>>,
+    limits: RateLog,
 }
 
 impl SqliteStore {
@@ -148,12 +149,11 @@ impl SqliteStore {
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
             params![SCHEMA_VERSION.to_string()],
         )?;
-        let limits = open(&dir.join(crate::db::LIMITS_FILE), Durability::Normal)?;
-        limits.execute_batch(LIMITS_SCHEMA)?;
+        let limits = RateLog::open(dir)?;
         Ok(SqliteStore {
             writer: Arc::new(Mutex::new(conn)),
             readers: Arc::new(Pool::new(path, Durability::Normal)),
-            limits: Arc::new(Mutex::new(limits)),
+            limits,
         })
     }
 
@@ -320,8 +320,54 @@ fn opt_ms(t: Option<Timestamp>) -> Option<i64> {
     t.map(|t| t.millis())
 }
 
-/// Upserts one catalog record if it is newer than the stored version.
-fn write_catalog(tx: &Transaction, pos: Position, event: &Event, seq: &mut i64) -> Result<()> {
+/// What became of one catalog record.
+enum Decision {
+    /// Stored, or older than the stored version (and so left out).
+    Done,
+    /// Not stored: it contradicts the stored catalog.
+    Refused(Reject),
+}
+
+/// Why a market version may not be stored: one of its tokens is listed
+/// under another market, or its slug is another market's. `None` also for
+/// a version that is not newer than the stored one (the upsert leaves it
+/// out anyway).
+fn market_refusal(tx: &Transaction, m: &MarketRecord, off: i64) -> Result<Option<Reject>> {
+    let stored: Option<(i64, i64)> = tx
+        .prepare_cached("SELECT updated_at, version_offset FROM markets WHERE id = ?1")?
+        .query_row(params![m.id], |r| Ok((r.get(0)?, r.get(1)?)))
+        .optional()?;
+    if stored.is_some_and(|v| (m.updated_at.millis(), off) <= v) {
+        return Ok(None);
+    }
+    let mut claims = Lookups::default();
+    for t in &m.tokens {
+        let owner: Option<String> = tx
+            .prepare_cached("SELECT market_id FROM tokens WHERE token_id = ?1")?
+            .query_row(params![t.id], |r| r.get(0))
+            .optional()?;
+        if let Some(owner) = owner {
+            claims.tokens.insert(t.id.clone(), owner);
+        }
+    }
+    let slug_owner: Option<String> = tx
+        .prepare_cached("SELECT id FROM markets WHERE slug = ?1 AND id <> ?2 ORDER BY id LIMIT 1")?
+        .query_row(params![m.slug, m.id], |r| r.get(0))
+        .optional()?;
+    if let Some(owner) = slug_owner {
+        claims.slugs.insert(m.slug.clone(), owner);
+    }
+    Ok(market_conflict(&claims, m))
+}
+
+/// Upserts one catalog record if it is newer than the stored version and,
+/// for a market, takes no other market's token or slug.
+fn write_catalog(
+    tx: &Transaction,
+    pos: Position,
+    event: &Event,
+    seq: &mut i64,
+) -> Result<Decision> {
     let body = codec::encode(event);
     let off = pos.offset as i64;
     let next = *seq + 1;
@@ -379,6 +425,9 @@ fn write_catalog(tx: &Transaction, pos: Position, event: &Event, seq: &mut i64) 
             }
         }
         Event::Market(m) => {
+            if let Some(reason) = market_refusal(tx, m, off)? {
+                return Ok(Decision::Refused(reason));
+            }
             let changed = tx
                 .prepare_cached(
                     "INSERT INTO markets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)
@@ -412,14 +461,63 @@ fn write_catalog(tx: &Transaction, pos: Position, event: &Event, seq: &mut i64) 
                 }
             }
         }
-        other => {
-            return Err(Error::Io(format!(
-                "{} is not a catalog record",
-                other.kind().as_str()
-            )))
-        }
+        other => return Err(not_catalog(other)),
     }
-    Ok(())
+    Ok(Decision::Done)
+}
+
+fn not_catalog(event: &Event) -> Error {
+    Error::Io(format!("{} is not a catalog record", event.kind().as_str()))
+}
+
+/// Writes the catalog records of one apply in order, each decided once (see
+/// `catalog_consumed`); returns the refused ones.
+fn write_catalog_records(tx: &Transaction, catalog: &[(Position, Event)]) -> Result<Applied> {
+    let mut applied = Applied::default();
+    if catalog.is_empty() {
+        return Ok(applied);
+    }
+    let start: i64 = tx
+        .prepare_cached("SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'catalog_seq'")?
+        .query_row([], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0);
+    let mut seq = start;
+    let mut decided: std::collections::BTreeMap<u32, u64> = Default::default();
+    for (pos, event) in catalog {
+        if !matches!(event, Event::Series(_) | Event::Event(_) | Event::Market(_)) {
+            return Err(not_catalog(event));
+        }
+        let next = match decided.get(&pos.partition) {
+            Some(next) => *next,
+            None => tx
+                .prepare_cached("SELECT next_offset FROM catalog_consumed WHERE partition = ?1")?
+                .query_row(params![pos.partition as i64], |r| r.get::<_, i64>(0))
+                .optional()?
+                .map_or(0, |n| n as u64),
+        };
+        if pos.offset < next {
+            decided.insert(pos.partition, next);
+            continue;
+        }
+        if let Decision::Refused(reason) = write_catalog(tx, *pos, event, &mut seq)? {
+            applied.refused.push(Refused {
+                position: *pos,
+                id: event.key().to_string(),
+                reason,
+            });
+        }
+        decided.insert(pos.partition, pos.offset + 1);
+    }
+    for (partition, next) in decided {
+        tx.prepare_cached("INSERT OR REPLACE INTO catalog_consumed VALUES (?1, ?2)")?
+            .execute(params![partition as i64, next as i64])?;
+    }
+    if seq != start {
+        tx.prepare_cached("INSERT OR REPLACE INTO meta (key, value) VALUES ('catalog_seq', ?1)")?
+            .execute(params![seq.to_string()])?;
+    }
+    Ok(applied)
 }
 
 #[async_trait]
@@ -455,7 +553,29 @@ impl ProjectionStore for SqliteStore {
         .await
     }
 
-    async fn apply(&self, write: ProjectionWrite) -> CResult<()> {
+    async fn lookup_tokens(&self, token_ids: Vec<String>) -> CResult<Vec<TokenRef>> {
+        self.read("read_token", move |conn| {
+            let mut stmt =
+                conn.prepare_cached("SELECT market_id, label FROM tokens WHERE token_id = ?1")?;
+            let mut out = Vec::new();
+            for id in token_ids {
+                let found = stmt
+                    .query_row(params![id], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .optional()?;
+                if let Some((market_id, label)) = found {
+                    out.push(TokenRef {
+                        token_id: id,
+                        market_id,
+                        label,
+                    });
+                }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn apply(&self, write: ProjectionWrite) -> CResult<Applied> {
         self.write("apply", move |conn| {
             // IMMEDIATE: take the write lock first (waiting for it), rather
             // than upgrading a read snapshot another writer may have moved
@@ -465,31 +585,13 @@ impl ProjectionStore for SqliteStore {
             for row in &write.rows {
                 write_row(&tx, row)?;
             }
-            if !write.catalog.is_empty() {
-                let start: i64 = tx
-                    .prepare_cached(
-                        "SELECT CAST(value AS INTEGER) FROM meta WHERE key = 'catalog_seq'",
-                    )?
-                    .query_row([], |r| r.get(0))
-                    .optional()?
-                    .unwrap_or(0);
-                let mut seq = start;
-                for (pos, event) in &write.catalog {
-                    write_catalog(&tx, *pos, event, &mut seq)?;
-                }
-                if seq != start {
-                    tx.prepare_cached(
-                        "INSERT OR REPLACE INTO meta (key, value) VALUES ('catalog_seq', ?1)",
-                    )?
-                    .execute(params![seq.to_string()])?;
-                }
-            }
+            let applied = write_catalog_records(&tx, &write.catalog)?;
             for pos in &write.consumed {
                 tx.prepare_cached("INSERT OR REPLACE INTO consumed VALUES (?1, ?2)")?
                     .execute(params![pos.partition as i64, pos.offset as i64 + 1])?;
             }
             tx.commit()?;
-            Ok(())
+            Ok(applied)
         })
         .await
     }
@@ -692,29 +794,12 @@ impl AuthStore for SqliteStore {
         .await
     }
 
-    async fn hit_window(&self, key_id: &str, window: Timestamp) -> CResult<u64> {
-        let (conn, key_id) = (self.limits.clone(), key_id.to_string());
-        let started = Instant::now();
-        let count = blocking(move || {
-            let conn = conn.lock().unwrap();
-            let count: i64 = conn
-                .prepare_cached(
-                    "INSERT INTO rate_windows VALUES (?1, ?2, 1)
-                     ON CONFLICT (key_id, window_start) DO UPDATE SET count = count + 1
-                     RETURNING count",
-                )?
-                .query_row(params![key_id, window.millis()], |r| r.get(0))?;
-            // Old windows are useless; drop them now and then.
-            if count == 1 {
-                conn.prepare_cached("DELETE FROM rate_windows WHERE window_start < ?1")?
-                    .execute(params![window.millis() - 3_600_000])?;
-            }
-            Ok(count as u64)
-        })
-        .await;
-        metrics::histogram!(tm::STORE_QUERY_SECONDS, "op" => "hit_window")
-            .record(started.elapsed().as_secs_f64());
-        count
+    async fn take_hit(&self, key_id: &str, now: Timestamp, limit: u32) -> CResult<RateHits> {
+        self.limits.take_hit(key_id, now, limit).await
+    }
+
+    async fn rate_hits(&self, key_id: &str, now: Timestamp) -> CResult<Vec<Timestamp>> {
+        self.limits.rate_hits(key_id, now).await
     }
 
     async fn list_keys(&self) -> CResult<Vec<ApiKeyRecord>> {

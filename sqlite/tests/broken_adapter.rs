@@ -20,6 +20,16 @@ enum Break {
     LastArrivalWins,
     /// Positions are written before the rows and catalog.
     PositionsFirst,
+    /// Rate limits count fixed minute windows (Hindsight before the log).
+    FixedWindows,
+    /// A hit is counted, then taken without a second look: racing hits all
+    /// see room under the limit.
+    CheckThenTake,
+    /// `apply` does not report the catalog records it refused.
+    HidesRefusals,
+    /// A catalog record applied again is decided again (as a store
+    /// without per-partition catalog marks would).
+    DecidesAgain,
 }
 
 struct Broken {
@@ -38,7 +48,11 @@ impl ProjectionStore for Broken {
         self.inner.load(keys).await
     }
 
-    async fn apply(&self, mut write: ProjectionWrite) -> Result<()> {
+    async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
+        self.inner.lookup_tokens(token_ids).await
+    }
+
+    async fn apply(&self, mut write: ProjectionWrite) -> Result<Applied> {
         match self.how {
             Break::AddsTokens => {
                 for (_, event) in &mut write.catalog {
@@ -70,7 +84,18 @@ impl ProjectionStore for Broken {
                     })
                     .await?;
             }
-            Break::Nothing | Break::EmptyChangesSince => {}
+            Break::DecidesAgain => {
+                // Every apply's records at positions never seen before.
+                let shift = 1_000_000 * (self.arrivals.fetch_add(1, Ordering::SeqCst) as u64 + 1);
+                for (pos, _) in &mut write.catalog {
+                    pos.offset += shift;
+                }
+            }
+            Break::HidesRefusals => {
+                self.inner.apply(write).await?;
+                return Ok(Applied::default());
+            }
+            _ => {}
         }
         self.inner.apply(write).await
     }
@@ -128,8 +153,33 @@ impl AuthStore for Broken {
     async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>> {
         self.inner.list_keys().await
     }
-    async fn hit_window(&self, key_id: &str, window: Timestamp) -> Result<u64> {
-        self.inner.hit_window(key_id, window).await
+    async fn take_hit(&self, key_id: &str, now: Timestamp, limit: u32) -> Result<RateHits> {
+        let room = match self.how {
+            Break::FixedWindows => {
+                let start = now.0.div_euclid(auth::RATE_WINDOW_MS) * auth::RATE_WINDOW_MS;
+                let hits = self.inner.rate_hits(key_id, now).await?;
+                let in_window = hits.iter().filter(|h| h.0 >= start && h.0 <= now.0);
+                in_window.count() < limit as usize
+            }
+            Break::CheckThenTake => {
+                let hits = self.inner.rate_hits(key_id, now).await?;
+                tokio::task::yield_now().await;
+                hits.len() < limit as usize
+            }
+            _ => return self.inner.take_hit(key_id, now, limit).await,
+        };
+        if room {
+            self.inner.take_hit(key_id, now, u32::MAX).await
+        } else {
+            let hits = self.inner.rate_hits(key_id, now).await?;
+            Ok(RateHits {
+                admitted: false,
+                hits,
+            })
+        }
+    }
+    async fn rate_hits(&self, key_id: &str, now: Timestamp) -> Result<Vec<Timestamp>> {
+        self.inner.rate_hits(key_id, now).await
     }
 }
 
@@ -193,7 +243,27 @@ breaking!(
     store::catalog_newest_version_wins_whatever_arrival_order
 );
 breaking!(
+    hiding_refusals_fails_the_first_market_check,
+    Break::HidesRefusals,
+    store::catalog_first_market_keeps_its_tokens_and_slug
+);
+breaking!(
+    deciding_a_replayed_record_again_fails_the_replay_check,
+    Break::DecidesAgain,
+    store::catalog_replay_decides_nothing_again
+);
+breaking!(
     positions_before_rows_fail_the_positions_check,
     Break::PositionsFirst,
     store::positions_never_advance_past_unwritten_rows
+);
+breaking!(
+    fixed_minute_windows_fail_the_sliding_window_check,
+    Break::FixedWindows,
+    store::rate_limit_decisions_are_the_sliding_window
+);
+breaking!(
+    taking_without_a_second_count_fails_the_concurrency_check,
+    Break::CheckThenTake,
+    store::rate_limit_holds_under_concurrent_handles
 );

@@ -2,13 +2,18 @@
 
 use super::ops::{self, Readiness};
 use super::{Listeners, Service};
-use crate::backends::Backends;
+use crate::backends::{BackendConfig, Backends};
+use anyhow::{anyhow, bail, Context};
 use axum::Router;
 use hindsight_api::catalog::Catalog;
+use hindsight_api::cursor::CursorKeys;
 use hindsight_api::plans::Plans;
 use hindsight_api::ApiState;
 use hindsight_contracts::Store;
 use hindsight_schemas::time::Clock;
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -20,6 +25,63 @@ pub struct ApiConfig {
     pub plans: Arc<Plans>,
     /// "Now" for rate-limit windows and plan lookback.
     pub clock: Arc<dyn Clock>,
+    /// Signs pagination cursors ([`cursor_keys`]).
+    pub cursors: CursorKeys,
+}
+
+/// File of the data directory holding the generated cursor secret.
+pub const CURSOR_SECRET_FILE: &str = "cursor.secret";
+
+/// The keys that sign pagination cursors: the configured secrets; without
+/// any, a secret generated once and kept in the data directory, so that a
+/// restarted API, and every API process on that directory, continues the
+/// cursors it handed out. With the CQL store, API replicas have no
+/// directory in common: a secret is required, or each replica would refuse
+/// the others' cursors.
+pub fn cursor_keys(secrets: &[String], backends: &BackendConfig) -> anyhow::Result<CursorKeys> {
+    let keys = if !secrets.is_empty() {
+        CursorKeys::new(secrets)
+    } else if backends.scylla.is_some() {
+        bail!(
+            "HINDSIGHT_CURSOR_SECRET (or --cursor-secret) is required with the CQL store: every \
+             API replica must sign pagination cursors with the same secret. Generate one with \
+             `openssl rand -hex 32` and give it to every replica"
+        );
+    } else {
+        CursorKeys::new(&[data_dir_secret(&backends.data_dir)?])
+    };
+    keys.map_err(|e| anyhow!("HINDSIGHT_CURSOR_SECRET: {e}"))
+}
+
+/// The secret in `dir`, created (random, readable by its owner only) if
+/// absent. Processes starting together agree: each writes its own file and
+/// links it into place, and a process that finds the place taken reads the
+/// winner's.
+fn data_dir_secret(dir: &Path) -> anyhow::Result<String> {
+    let path = dir.join(CURSOR_SECRET_FILE);
+    if !path.exists() {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+        let tmp = dir.join(format!("{CURSOR_SECRET_FILE}.{}.tmp", std::process::id()));
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&tmp)
+            .with_context(|| format!("creating {}", tmp.display()))?;
+        file.write_all(hindsight_api::keys::random_hex(32).as_bytes())?;
+        file.sync_all()?;
+        let linked = std::fs::hard_link(&tmp, &path);
+        let _ = std::fs::remove_file(&tmp);
+        match linked {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e).with_context(|| format!("creating {}", path.display())),
+        }
+    }
+    let secret =
+        std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(secret.trim().to_string())
 }
 
 /// The `/v1` routes alone over `store`, with the in-memory catalog loaded
@@ -34,6 +96,7 @@ pub async fn router(cfg: &ApiConfig, store: Arc<dyn Store>) -> anyhow::Result<Ro
         plans: cfg.plans.clone(),
         catalog,
         clock: cfg.clock.clone(),
+        cursors: cfg.cursors.clone(),
     }))
 }
 

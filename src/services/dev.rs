@@ -26,7 +26,7 @@ pub async fn build(
     let (log, store) = (backends.log()?, backends.store()?);
     let routes = api::router(&cfg.api, store.clone())
         .await?
-        .merge(ingest::router(&cfg.ingest, log.clone()));
+        .merge(ingest::router(&cfg.ingest, log.clone(), store.clone()));
     let ops = ops::router(Readiness {
         log: Some(log.clone()),
         store: Some(store),

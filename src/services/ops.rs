@@ -58,21 +58,22 @@ const API_STATUSES: [&str; 7] = ["200", "400", "401", "403", "404", "429", "500"
 const INGEST_STATUSES: [&str; 7] = ["200", "400", "401", "413", "415", "422", "503"];
 /// The `op` labels of the read stores (embedded and CQL) that every
 /// deployment exercises; an op missing here appears with its first query.
-const STORE_OPS: [&str; 16] = [
+const STORE_OPS: [&str; 17] = [
     "apply",
     "catalog_changes",
     "committed",
-    "hit_window",
     "list_keys",
     "load_rows",
     "put_key",
     "read_books",
+    "read_hits",
     "read_key",
     "read_market",
     "read_metrics",
     "read_prices",
     "read_token",
     "reset",
+    "take_hit",
     "write_catalog",
     "write_consumed",
 ];
@@ -99,6 +100,9 @@ fn known_series() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
     }
     for kind in ["price", "book", "metrics", "catalog"] {
         out.push(one(tm::PROJECTOR_EVENTS_APPLIED, "kind", kind));
+    }
+    for reason in RejectKind::CATALOG {
+        out.push(one(tm::PROJECTOR_NOT_FOLDED, "reason", reason.label()));
     }
     for table in ["prices", "metrics", "books"] {
         out.push(one(tm::PROJECTOR_ROWS_WRITTEN, "table", table));

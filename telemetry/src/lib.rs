@@ -41,6 +41,12 @@ pub const PROJECTOR_POSITION: &str = "hindsight_projector_position";
 pub const PROJECTOR_LAG: &str = "hindsight_projector_lag_events";
 /// Log records that could not be decoded (skipped and counted, never silent).
 pub const PROJECTOR_DECODE_ERRORS: &str = "hindsight_projector_decode_errors_total";
+/// Events consumed but not folded by the catalog rule
+/// (`hindsight_schemas::claims`), by `reason`: `market_mismatch` (a tick or
+/// snapshot whose token the catalog lists under another market),
+/// `token_claimed`, `slug_taken` (a market version the store refused). Each
+/// is also logged with its log position.
+pub const PROJECTOR_NOT_FOLDED: &str = "hindsight_projector_events_not_folded_total";
 
 /// Events sent to the log and not yet confirmed (Kafka).
 pub const INGEST_IN_FLIGHT: &str = "hindsight_ingest_in_flight_events";
@@ -141,6 +147,11 @@ pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
         PROJECTOR_DECODE_ERRORS,
         Unit::Count,
         "Log records that could not be decoded.",
+    ),
+    (
+        PROJECTOR_NOT_FOLDED,
+        Unit::Count,
+        "Events not folded because the catalog contradicts them (a tick under another market than its token's, a market taking another's token or slug), by reason.",
     ),
     (
         LOG_HEAD,

@@ -50,11 +50,19 @@ fn each_subcommand_shows_only_its_own_flags() {
     assert!(!api.contains("--kafka"), "{api}");
     assert!(!api.contains("--scylla-write-concurrency"), "{api}");
     assert!(!api.contains("--scylla-replication"), "{api}");
+    // Ingest and backfill read the store (its catalog), never write it.
     let ingest = help("ingest");
-    assert!(!ingest.contains("--scylla"), "{ingest}");
+    assert!(ingest.contains("--scylla-nodes"), "{ingest}");
+    assert!(!ingest.contains("--scylla-write-concurrency"), "{ingest}");
+    assert!(!ingest.contains("--scylla-replication"), "{ingest}");
     assert!(!ingest.contains("--kafka-group"), "{ingest}");
     assert!(ingest.contains("--kafka-max-in-flight"), "{ingest}");
     let backfill = help("backfill");
+    assert!(backfill.contains("--scylla-nodes"), "{backfill}");
+    assert!(
+        !backfill.contains("--scylla-write-concurrency"),
+        "{backfill}"
+    );
     assert!(!backfill.contains("--kafka-group"), "{backfill}");
     assert!(!backfill.contains("--kafka-partitions"), "{backfill}");
     assert!(help("kafka").contains("--kafka-partitions"));
@@ -191,4 +199,44 @@ fn every_serving_subcommand_takes_connection_bounds_and_an_ops_address() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--http-header-timeout-secs"), "{err}");
+}
+
+/// With the CQL store, API replicas share no data directory: each must be
+/// given the cursor secret, and `api` refuses to start without one (before
+/// connecting to anything). A secret too short to be one is refused too.
+#[test]
+fn the_api_needs_a_cursor_secret_on_the_cql_store_and_a_long_enough_one() {
+    for subcommand in ["api", "dev"] {
+        let text = help(subcommand);
+        assert!(
+            text.contains("--cursor-secret") && text.contains("HINDSIGHT_CURSOR_SECRET"),
+            "{subcommand} --help lacks --cursor-secret:\n{text}"
+        );
+    }
+    let dir = temp_dir("cursor-secret-cql");
+    let refusal = |args: &[&str], secret: Option<&str>| {
+        let mut cmd = hindsight();
+        cmd.args(["api", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(&dir)
+            .args(args)
+            .env_remove("HINDSIGHT_CURSOR_SECRET");
+        if let Some(secret) = secret {
+            cmd.env("HINDSIGHT_CURSOR_SECRET", secret);
+        }
+        let out = cmd.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).to_string();
+        assert!(!out.status.success(), "{err}");
+        err
+    };
+    let err = refusal(&["--scylla-nodes", "127.0.0.1:1"], None);
+    assert!(
+        err.contains("HINDSIGHT_CURSOR_SECRET (or --cursor-secret) is required with the CQL store"),
+        "{err}"
+    );
+    assert!(!dir.join("cursor.secret").exists(), "no secret of its own");
+    let err = refusal(&[], Some("0123456789abcdef0123456789abcdef,short"));
+    assert!(
+        err.contains("cursor secret 2 is 5 bytes; at least 32"),
+        "{err}"
+    );
 }

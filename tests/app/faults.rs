@@ -8,7 +8,7 @@ use crate::helpers::*;
 use hindsight::backends::{BackendConfig, Backends, Uses};
 use hindsight::services::ingest::IngestConfig;
 use hindsight_contracts::faults::{FaultyLog, FaultyStore, LogFault, StoreFault};
-use hindsight_contracts::{AppendBatch, EventLog};
+use hindsight_contracts::{AppendBatch, EventLog, ReadStore};
 use hindsight_projector::{Projector, ProjectorConfig};
 use hindsight_schemas::{Event, PriceTick, Timestamp};
 use std::sync::Arc;
@@ -22,14 +22,15 @@ fn log_events(dir: &std::path::Path) -> i64 {
     )
 }
 
-/// Ingest over `log`, served on port 0 for the test's lifetime.
-async fn serve_ingest(log: Arc<dyn EventLog>) -> String {
+/// Ingest over `log` (checking lines against `store`'s catalog), served on
+/// port 0 for the test's lifetime.
+async fn serve_ingest(log: Arc<dyn EventLog>, store: Arc<dyn ReadStore>) -> String {
     let cfg = IngestConfig {
         token: INGEST_TOKEN.into(),
         max_body_bytes: 1 << 20,
         limits: Default::default(),
     };
-    let router = hindsight::services::ingest::router(&cfg, log);
+    let router = hindsight::services::ingest::router(&cfg, log, store);
     let listener = port0().await;
     let base = format!("http://{}", listener.local_addr().unwrap());
     tokio::spawn(async move { axum::serve(listener, router).await });
@@ -50,13 +51,13 @@ async fn post(base: &str, key: &str, body: &str) -> reqwest::Response {
 async fn failing_ingest(name: &str, fault: LogFault) -> (std::path::PathBuf, String) {
     let dir = temp_dir(name);
     let backends = Backends::connect(&BackendConfig {
-        uses: Uses::APPEND,
+        uses: Uses::INGEST,
         ..BackendConfig::embedded(&dir)
     })
     .await
     .unwrap();
     let log = Arc::new(FaultyLog::new(backends.log().unwrap(), fault));
-    (dir, serve_ingest(log).await)
+    (dir, serve_ingest(log, backends.store().unwrap()).await)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,13 +2,14 @@
 //! in a temporary data directory, on port 0, with a clock the test moves.
 #![allow(dead_code)]
 
-use hindsight::backends::{BackendConfig, Backends};
+use hindsight::backends::{BackendConfig, Backends, Uses};
 use hindsight::services::api::ApiConfig;
 use hindsight::services::dev::DevConfig;
 use hindsight::services::http::HttpLimits;
 use hindsight::services::ingest::IngestConfig;
 use hindsight::services::{self, Listeners, Service};
 use hindsight_api::plans::Plans;
+use hindsight_ingest::http::IngestLimits;
 use hindsight_projector::ProjectorConfig;
 use hindsight_schemas::time::ManualClock;
 use hindsight_schemas::Timestamp;
@@ -41,6 +42,8 @@ pub struct Options {
     pub http: HttpLimits,
     /// Dev only: `/metrics`, `/livez` and `/readyz` on their own listener.
     pub ops_listener: bool,
+    /// `--cursor-secret`; empty: the data directory's generated secret.
+    pub cursor_secrets: Vec<String>,
 }
 
 impl Default for Options {
@@ -50,6 +53,7 @@ impl Default for Options {
             max_body_bytes: 64 << 20,
             http: HttpLimits::default(),
             ops_listener: false,
+            cursor_secrets: Vec::new(),
         }
     }
 }
@@ -79,6 +83,18 @@ impl TestApp {
 
     pub fn ingest_url(&self, path: &str) -> String {
         format!("{}{path}", self.ingest)
+    }
+
+    /// A new API key of `plan`, stored as `hindsight keys create` stores it.
+    pub async fn key(&self, plan: &str) -> String {
+        let (key, record) = hindsight_api::keys::generate("test-org", plan);
+        self._backends
+            .store()
+            .unwrap()
+            .put_key(record)
+            .await
+            .unwrap();
+        key
     }
 
     /// Stops every service and waits for each to finish cleanly.
@@ -118,10 +134,23 @@ pub async fn port0() -> TcpListener {
     TcpListener::bind("127.0.0.1:0").await.unwrap()
 }
 
-fn api_config(opts: &Options, clock: &Arc<ManualClock>) -> ApiConfig {
+/// Ingest as configured, except that its catalog view is read again at
+/// every batch: a test sees a record ingest checks against as soon as the
+/// API shows it.
+pub fn ingest_limits() -> IngestLimits {
+    IngestLimits {
+        catalog_max_age: std::time::Duration::ZERO,
+        ..IngestLimits::default()
+    }
+}
+
+/// The API's configuration as `hindsight api --data-dir dir` builds it.
+pub fn api_config(opts: &Options, clock: &Arc<ManualClock>, dir: &Path) -> ApiConfig {
     ApiConfig {
         plans: Arc::new(Plans::load(opts.plans_file.as_deref()).unwrap()),
         clock: clock.clone(),
+        cursors: services::api::cursor_keys(&opts.cursor_secrets, &BackendConfig::embedded(dir))
+            .unwrap(),
     }
 }
 
@@ -141,11 +170,11 @@ pub async fn spawn_app_in(dir: &Path, opts: Options) -> TestApp {
         .unwrap();
     put_test_key(&backends).await;
     let clock = Arc::new(ManualClock::new(CLOCK_START));
-    let api_cfg = api_config(&opts, &clock);
+    let api_cfg = api_config(&opts, &clock, dir);
     let ingest_cfg = IngestConfig {
         token: INGEST_TOKEN.into(),
         max_body_bytes: opts.max_body_bytes,
-        limits: Default::default(),
+        limits: ingest_limits(),
     };
     let listeners = || async {
         Listeners {
@@ -184,6 +213,53 @@ pub async fn spawn_app_in(dir: &Path, opts: Options) -> TestApp {
     app
 }
 
+/// Another `hindsight api` over an app's data directory, with connections of
+/// its own to the embedded store (as a second process has) and the app's
+/// plans and clock; stopped when dropped.
+pub struct Replica {
+    pub api: String,
+    _stop: oneshot::Sender<()>,
+    _backends: Backends,
+}
+
+impl Replica {
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.api)
+    }
+}
+
+/// A replica of `app`'s API signing cursors with `cursor_secrets` (empty:
+/// the data directory's generated secret).
+pub async fn spawn_api_replica(app: &TestApp, cursor_secrets: &[&str]) -> Replica {
+    let backends = Backends::connect(&BackendConfig {
+        uses: Uses::READ,
+        ..BackendConfig::embedded(&app.data_dir)
+    })
+    .await
+    .unwrap();
+    let secrets: Vec<String> = cursor_secrets.iter().map(|s| s.to_string()).collect();
+    let cfg = ApiConfig {
+        plans: app.plans.clone(),
+        clock: app.clock.clone(),
+        cursors: services::api::cursor_keys(&secrets, &BackendConfig::embedded(&app.data_dir))
+            .unwrap(),
+    };
+    let listeners = Listeners {
+        service: port0().await,
+        ops: None,
+    };
+    let api = services::api::build(&cfg, &backends, listeners)
+        .await
+        .unwrap();
+    let url = base(api.local_addr());
+    let (stop, _task) = run(api);
+    Replica {
+        api: url,
+        _stop: stop,
+        _backends: backends,
+    }
+}
+
 /// `hindsight dev`'s composition (ingest, API and ops on one port, the
 /// projector as a worker), without demo data.
 pub async fn spawn_dev(name: &str) -> TestApp {
@@ -201,9 +277,9 @@ pub async fn spawn_dev_with(name: &str, opts: Options) -> TestApp {
         ingest: IngestConfig {
             token: INGEST_TOKEN.into(),
             max_body_bytes: 64 << 20,
-            limits: Default::default(),
+            limits: ingest_limits(),
         },
-        api: api_config(&opts, &clock),
+        api: api_config(&opts, &clock, &dir),
         projector: ProjectorConfig::default(),
         demo: None,
     };
@@ -288,7 +364,16 @@ pub async fn get_as(
     key: Option<&str>,
     path: &str,
 ) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
-    let mut req = client().get(app.api_url(path));
+    get_from(&app.api, key, path).await
+}
+
+/// [`get_as`] on another API (a replica): `base` is its base URL.
+pub async fn get_from(
+    base: &str,
+    key: Option<&str>,
+    path: &str,
+) -> (u16, reqwest::header::HeaderMap, serde_json::Value) {
+    let mut req = client().get(format!("{base}{path}"));
     if let Some(k) = key {
         req = req.header("X-API-Key", k);
     }
@@ -299,6 +384,18 @@ pub async fn get_as(
         headers,
         r.json().await.unwrap_or(serde_json::Value::Null),
     )
+}
+
+/// The `/metrics` text served at `base`.
+pub async fn metrics_text(base: &str) -> String {
+    client()
+        .get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
 }
 
 /// Polls `path` until `done` holds for the JSON body, or panics after 20 s.
@@ -320,11 +417,35 @@ pub async fn wait_for(
     }
 }
 
+/// The `t` of every point of a history page's `data` array.
+pub fn point_times(body: &serde_json::Value) -> Vec<String> {
+    body["data"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["t"].as_str().unwrap().to_string())
+        .collect()
+}
+
 /// A catalog line for a Yes/No market `m` with tokens `{m}-yes`, `{m}-no`.
 pub fn market_line(m: &str) -> String {
     format!(
         r#"{{"kind":"market","id":"{m}","slug":"{m}-slug","question":"Will {m} happen?","status":"open","tokens":[{{"id":"{m}-yes","label":"Yes"}},{{"id":"{m}-no","label":"No"}}],"updated_at":"2025-08-15T00:00:00Z"}}"#
     )
+}
+
+/// A catalog line for market `id` with `slug` and `tokens` (labelled as
+/// their ids).
+pub fn market_line_with(id: &str, slug: &str, tokens: &[&str]) -> String {
+    let tokens: Vec<(&str, &str)> = tokens.iter().map(|t| (*t, *t)).collect();
+    let m = hindsight_contracts::conformance::store::market(
+        id,
+        slug,
+        "q",
+        hindsight_contracts::conformance::T0,
+        &tokens,
+    );
+    hindsight_schemas::wire::to_line(&hindsight_schemas::Event::Market(m))
 }
 
 pub fn price_line(market: &str, token: &str, ts_secs: i64, p: f64) -> String {

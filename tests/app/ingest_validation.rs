@@ -136,3 +136,91 @@ async fn wrong_token_is_401_and_oversized_body_is_413() {
         .unwrap();
     assert_eq!(r.status(), 413);
 }
+
+/// One market per token and per slug, at ingest: a line the catalog already
+/// contradicts is refused with its line, field and the market holding what
+/// it claims — a tick under another market than its token's
+/// (`market_mismatch`), a market listing another market's token
+/// (`token_claimed`) or taking its slug (`slug_taken`) — whether the read
+/// store holds that market or a line before in the same batch listed it.
+/// The lines beside them are kept, and the refused tick never reaches the
+/// other market's history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lines_the_catalog_contradicts_are_refused_naming_field_and_holder() {
+    let app = spawn_app("catalog-rejects").await;
+    let (status, body) = ingest(&app, market_line("c1")).await;
+    assert_eq!(status, 200, "{body}");
+    wait_for(&app, "/v1/markets/c1", |b| b["id"] == "c1").await;
+    let market = market_line_with;
+    let lines = [
+        price_line("c9", "c1-yes", DAY, 0.9), // 1 c1's token under c9
+        price_line("c1", "c1-yes", DAY, 0.5), // 2 ok
+        market("c2", "c2-slug", &["c2-yes", "c1-no"]), // 3 c1's token
+        market("c3", "c1-slug", &["c3-yes"]), // 4 c1's slug
+        market_line("c4"),                    // 5 ok
+        price_line("c5", "c4-yes", DAY, 0.9), // 6 line 5's token
+        market("c6", "c4-slug", &["c6-yes"]), // 7 line 5's slug
+        market("c7", "c7-slug", &["c4-no"]),  // 8 line 5's token
+        price_line("c4", "c4-yes", DAY, 0.25), // 9 ok
+    ];
+    let (status, body) = ingest(&app, lines.join("\n")).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (body["accepted"].as_u64(), body["rejected_count"].as_u64()),
+        (Some(3), Some(6)),
+        "{body}"
+    );
+    let rejected: Vec<(u64, &str)> = body["rejected"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| (r["line"].as_u64().unwrap(), r["reason"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        rejected,
+        [
+            (1, "field `market_id`: token `c1-yes` is listed under market `c1` in the catalog, not `c9`"),
+            (3, "field `tokens[1].id`: token `c1-no` is already listed under market `c1` (a token belongs to the first market that lists it)"),
+            (4, "field `slug`: `c1-slug` is already the slug of market `c1`"),
+            (6, "field `market_id`: token `c4-yes` is listed under market `c4` in the catalog, not `c5`"),
+            (7, "field `slug`: `c4-slug` is already the slug of market `c4`"),
+            (8, "field `tokens[0].id`: token `c4-no` is already listed under market `c4` (a token belongs to the first market that lists it)"),
+        ]
+    );
+    // Each refused under its reason on /metrics (the registry is the
+    // process's: other tests may have added to it).
+    let metrics = metrics_text(&app.ops).await;
+    for (reason, at_least) in [
+        ("market_mismatch", 2),
+        ("token_claimed", 2),
+        ("slug_taken", 2),
+    ] {
+        let series = format!("hindsight_ingest_events_rejected_total{{reason=\"{reason}\"}} ");
+        let n: f64 = metrics
+            .lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .unwrap_or_else(|| panic!("no {series}"))
+            .parse()
+            .unwrap();
+        assert!(n >= at_least as f64, "{series}{n}");
+    }
+    // c1-yes's history holds c1's tick only; c4's market and tick landed.
+    let path = |token: &str| {
+        format!(
+            "/v1/tokens/{token}/prices?start_ts={DAY}&end_ts={}&resolution=1m",
+            DAY + 60
+        )
+    };
+    let b = wait_for(&app, &path("c4-yes"), |b| {
+        b["data"].as_array().is_some_and(|d| d.len() == 1)
+    })
+    .await;
+    assert_eq!(b["data"][0]["p"], 0.25);
+    let (status, b) = get(&app, &path("c1-yes")).await;
+    assert_eq!(status, 200, "{b}");
+    assert_eq!(b["data"][0]["p"], 0.5, "{b}");
+    let (status, _) = get(&app, "/v1/markets/c2").await;
+    assert_eq!(status, 404, "the refused market c2 is not in the catalog");
+    let (_, b) = get(&app, "/v1/markets/c1-slug").await;
+    assert_eq!(b["id"], "c1");
+}

@@ -7,9 +7,11 @@
 
 mod api_contract;
 mod cli;
+mod cursors;
 mod faults;
 mod helpers;
 mod ingest_validation;
 mod listeners;
 mod ops;
 mod pipeline;
+mod rate_limits;

@@ -24,7 +24,7 @@ async fn every_service_serves_metrics_promtool_accepts_and_probes() {
         async move { Backends::connect(&cfg).await.unwrap() }
     };
     let (for_ingest, for_projector, for_api) = (
-        connect(Uses::APPEND).await,
+        connect(Uses::INGEST).await,
         connect(Uses::CONSUME).await,
         connect(Uses::READ).await,
     );
@@ -50,6 +50,7 @@ async fn every_service_serves_metrics_promtool_accepts_and_probes() {
     let api_cfg = ApiConfig {
         plans: Arc::new(Default::default()),
         clock: Arc::new(hindsight_schemas::time::SystemClock),
+        cursors: services::api::cursor_keys(&[], &BackendConfig::embedded(&dir)).unwrap(),
     };
     let api = services::api::build(&api_cfg, &for_api, with_ops().await)
         .await
@@ -103,14 +104,7 @@ async fn every_service_serves_metrics_promtool_accepts_and_probes() {
                 .unwrap();
             assert_eq!(r.status(), 404);
         }
-        let body = client()
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let body = metrics_text(&base).await;
         assert!(body.contains("hindsight_"), "{name}: {body}");
         promtool_accepts(name, &body);
     }

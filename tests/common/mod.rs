@@ -13,6 +13,10 @@ use std::time::{Duration, Instant};
 
 pub const API_KEY: &str = "hsk_test_key_for_end_to_end_tests";
 pub const INGEST_TOKEN: &str = "hsi_test_ingest_token";
+/// The cursor secret of every process a test starts: API replicas on the
+/// CQL store need one, and `dev` shares it so that its `next_cursor`s equal
+/// theirs.
+pub const CURSOR_SECRET: &str = "hindsight-test-cursor-secret-0123456789";
 
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_hindsight")
@@ -21,11 +25,13 @@ pub fn bin() -> &'static str {
 /// The `hindsight` binary without the engine addresses `scripts/test.sh`
 /// exports (`HINDSIGHT_KAFKA_BROKERS`, `HINDSIGHT_SCYLLA_NODES`): every test
 /// names its backends with flags, so one meant for the embedded backends
-/// never drifts onto Kafka or Cassandra because the engines are up.
+/// never drifts onto Kafka or Cassandra because the engines are up. Every
+/// process signs cursors with [`CURSOR_SECRET`].
 pub fn hindsight() -> std::process::Command {
     let mut cmd = std::process::Command::new(bin());
     cmd.env_remove("HINDSIGHT_KAFKA_BROKERS")
-        .env_remove("HINDSIGHT_SCYLLA_NODES");
+        .env_remove("HINDSIGHT_SCYLLA_NODES")
+        .env("HINDSIGHT_CURSOR_SECRET", CURSOR_SECRET);
     cmd
 }
 

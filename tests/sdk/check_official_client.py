@@ -1,7 +1,8 @@
 """Drives the official Python client (polymarketdata-sdk), unchanged, against a
 live Hindsight seeded here with known data, and checks the values it returns.
 
-Environment: HINDSIGHT_URL (base, without /v1), HINDSIGHT_INGEST_TOKEN, and
+Environment: HINDSIGHT_URL (the API's base, without /v1), HINDSIGHT_INGEST_URL
+(ingest's base; the API's when unset), HINDSIGHT_INGEST_TOKEN, and
 keys HINDSIGHT_KEY_ENTERPRISE, HINDSIGHT_KEY_FREE, HINDSIGHT_KEY_TINY (a plan
 of 3 requests per minute). Prints one line per check and a closing
 "N passed, M failed" line; exits non-zero on any failure.
@@ -29,6 +30,7 @@ from polymarketdata.errors import (
 
 BASE = os.environ["HINDSIGHT_URL"].rstrip("/")
 API = BASE + "/v1"
+INGEST = os.environ.get("HINDSIGHT_INGEST_URL", BASE).rstrip("/")
 INGEST_TOKEN = os.environ["HINDSIGHT_INGEST_TOKEN"]
 KEY = os.environ["HINDSIGHT_KEY_ENTERPRISE"]
 FREE = os.environ["HINDSIGHT_KEY_FREE"]
@@ -109,7 +111,7 @@ for k in range(HOURS * 12):  # every 5 min
     lines.append({"kind": "metrics", "market_id": "m-bin", "ts": t, "volume": sample[1], "liquidity": sample[2], "spread": sample[3]})
 
 body = "\n".join(json.dumps(line) for line in lines)
-r = httpx.post(BASE + "/ingest/v1/events", content=body, headers={"Authorization": f"Bearer {INGEST_TOKEN}"}, timeout=60)
+r = httpx.post(INGEST + "/ingest/v1/events", content=body, headers={"Authorization": f"Bearer {INGEST_TOKEN}"}, timeout=60)
 assert r.status_code == 200 and r.json()["rejected_count"] == 0, r.text
 print(f"seeded {r.json()['accepted']} events")
 

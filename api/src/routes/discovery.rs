@@ -3,9 +3,9 @@
 
 use super::{iso, path_id};
 use crate::auth::Caller;
-use crate::cursor;
+use crate::cursor::ListCursor;
 use crate::error::ApiError;
-use crate::query::{EventFilter, ListQuery, MarketFilter};
+use crate::query::{EventFilter, ListPage, ListQuery, MarketFilter};
 use crate::ApiState;
 use axum::extract::{Path, State};
 use axum::Json;
@@ -62,14 +62,14 @@ fn event_item(e: &EventRecord) -> EventItem {
 
 fn metadata<F>(
     q: &ListQuery<F>,
-    list: &str,
+    paging: &ListPage,
     count: usize,
-    next: Option<cursor::ListCursor>,
+    next: Option<ListCursor>,
 ) -> PageMetadata {
     PageMetadata {
         count,
         limit: q.limit,
-        next_cursor: next.map(|c| cursor::encode_list(&q.scope(list), &c)),
+        next_cursor: next.map(|c| paging.next_cursor(&c)),
     }
 }
 
@@ -82,12 +82,12 @@ pub async fn list_series(
     _caller: Caller,
     q: ListQuery,
 ) -> Result<Json<SeriesListResponse>, ApiError> {
-    let after = q.cursor("series")?;
+    let paging = q.page("/v1/series")?;
     let catalog = state.catalog.snapshot();
     let (page, next) = catalog.series.page(
         q.sort,
         q.order,
-        after.as_ref(),
+        paging.after.as_ref(),
         q.search.as_deref(),
         q.limit,
         |s| {
@@ -98,7 +98,7 @@ pub async fn list_series(
     );
     let data: Vec<SeriesItem> = page.into_iter().map(|s| series_item(s)).collect();
     Ok(Json(SeriesListResponse {
-        metadata: metadata(&q, "series", data.len(), next),
+        metadata: metadata(&q, &paging, data.len(), next),
         data,
     }))
 }
@@ -112,7 +112,7 @@ pub async fn list_events(
     _caller: Caller,
     q: ListQuery<EventFilter>,
 ) -> Result<Json<EventListResponse>, ApiError> {
-    let after = q.cursor("events")?;
+    let paging = q.page("/v1/events")?;
     let catalog = state.catalog.snapshot();
     // An unknown series slug matches nothing (rather than everything).
     let series_by_slug = q
@@ -123,7 +123,7 @@ pub async fn list_events(
     let (page, next) = catalog.events.page(
         q.sort,
         q.order,
-        after.as_ref(),
+        paging.after.as_ref(),
         q.search.as_deref(),
         q.limit,
         |e| {
@@ -142,7 +142,7 @@ pub async fn list_events(
     );
     let data: Vec<EventItem> = page.into_iter().map(|e| event_item(e)).collect();
     Ok(Json(EventListResponse {
-        metadata: metadata(&q, "events", data.len(), next),
+        metadata: metadata(&q, &paging, data.len(), next),
         data,
     }))
 }
@@ -156,7 +156,7 @@ pub async fn list_markets(
     _caller: Caller,
     q: ListQuery<MarketFilter>,
 ) -> Result<Json<MarketListResponse>, ApiError> {
-    let after = q.cursor("markets")?;
+    let paging = q.page("/v1/markets")?;
     let catalog = state.catalog.snapshot();
     let event_by_slug = q
         .filter
@@ -167,7 +167,7 @@ pub async fn list_markets(
     let (page, next) = catalog.markets.page(
         q.sort,
         q.order,
-        after.as_ref(),
+        paging.after.as_ref(),
         q.search.as_deref(),
         q.limit,
         |m| {
@@ -184,7 +184,7 @@ pub async fn list_markets(
     );
     let data: Vec<MarketItem> = page.into_iter().map(|m| market_item(m)).collect();
     Ok(Json(MarketListResponse {
-        metadata: metadata(&q, "markets", data.len(), next),
+        metadata: metadata(&q, &paging, data.len(), next),
         data,
     }))
 }

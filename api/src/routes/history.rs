@@ -7,10 +7,9 @@
 
 use super::path_id;
 use crate::auth::Caller;
-use crate::cursor;
 use crate::error::ApiError;
 use crate::plans::DataPoint;
-use crate::query::HistoryQuery;
+use crate::query::{HistoryPage, HistoryQuery};
 use crate::ApiState;
 use axum::extract::{Path, State};
 use axum::Json;
@@ -22,6 +21,13 @@ use std::collections::BTreeMap;
 
 /// Most tokens a market-level prices or books page returns.
 pub const MAX_MARKET_TOKENS: usize = 200;
+
+// The routes, as their cursors are bound to them.
+const TOKEN_PRICES: &str = "/v1/tokens/{token_id}/prices";
+const TOKEN_BOOKS: &str = "/v1/tokens/{token_id}/books";
+const MARKET_PRICES: &str = "/v1/markets/{id_or_slug}/prices";
+const MARKET_BOOKS: &str = "/v1/markets/{id_or_slug}/books";
+const MARKET_METRICS: &str = "/v1/markets/{id_or_slug}/metrics";
 
 fn check(caller: &Caller, point: DataPoint, q: &HistoryQuery) -> Result<(), ApiError> {
     caller
@@ -82,11 +88,16 @@ fn book_points(points: Vec<read::BookPoint>) -> Result<Vec<BookPoint>, ApiError>
         .collect()
 }
 
-fn page_meta(q: &HistoryQuery, count: usize, next: Option<Timestamp>) -> PageMetadata {
+fn page_meta(
+    q: &HistoryQuery,
+    page: &HistoryPage,
+    count: usize,
+    next: Option<Timestamp>,
+) -> PageMetadata {
     PageMetadata {
         count,
         limit: q.limit,
-        next_cursor: next.map(cursor::encode_history),
+        next_cursor: next.map(|t| page.next_cursor(t)),
     }
 }
 
@@ -117,6 +128,7 @@ fn per_token(
 async fn market_page<T, F, Fut>(
     market: &MarketRecord,
     q: &HistoryQuery,
+    page: &HistoryPage,
     per: usize,
     read: F,
 ) -> Result<(BTreeMap<String, Vec<T>>, Option<Timestamp>), ApiError>
@@ -129,7 +141,7 @@ where
     for token in &market.tokens {
         series.push((
             token.label.clone(),
-            read(token.id.clone(), q.range(per)).await?,
+            read(token.id.clone(), q.range(page, per)).await?,
         ));
     }
     let next = series
@@ -185,9 +197,10 @@ pub async fn token_prices(
 ) -> Result<Json<TokenPricesResponse>, ApiError> {
     check(&caller, DataPoint::Prices, &q)?;
     let token = token(&state, token_id).await?;
+    let page = q.page(TOKEN_PRICES, &token.token_id)?;
     let mut points = state
         .store
-        .prices(&token.token_id, q.range(q.limit))
+        .prices(&token.token_id, q.range(&page, q.limit))
         .await?;
     let next = cut(&mut points, q.limit, |p| p.t);
     let data = price_points(points);
@@ -196,7 +209,7 @@ pub async fn token_prices(
         token_id: token.token_id,
         token_label: token.label,
         resolution: q.resolution.as_str().into(),
-        metadata: page_meta(&q, data.len(), next),
+        metadata: page_meta(&q, &page, data.len(), next),
         data,
     }))
 }
@@ -215,7 +228,11 @@ pub async fn token_books(
 ) -> Result<Json<TokenBooksResponse>, ApiError> {
     check(&caller, DataPoint::Books, &q)?;
     let token = token(&state, token_id).await?;
-    let mut points = state.store.books(&token.token_id, q.range(q.limit)).await?;
+    let page = q.page(TOKEN_BOOKS, &token.token_id)?;
+    let mut points = state
+        .store
+        .books(&token.token_id, q.range(&page, q.limit))
+        .await?;
     let next = cut(&mut points, q.limit, |p| p.t);
     let data = book_points(points)?;
     Ok(Json(TokenBooksResponse {
@@ -223,7 +240,7 @@ pub async fn token_books(
         token_id: token.token_id,
         token_label: token.label,
         resolution: q.resolution.as_str().into(),
-        metadata: page_meta(&q, data.len(), next),
+        metadata: page_meta(&q, &page, data.len(), next),
         data,
     }))
 }
@@ -242,9 +259,10 @@ pub async fn market_prices(
 ) -> Result<Json<MarketPricesResponse>, ApiError> {
     check(&caller, DataPoint::Prices, &q)?;
     let market = market(&state, id_or_slug).await?;
-    let per = per_token(&market, &q, "/v1/tokens/{token_id}/prices")?;
+    let per = per_token(&market, &q, TOKEN_PRICES)?;
+    let page = q.page(MARKET_PRICES, &market.id)?;
     let store = &state.store;
-    let (rows, next) = market_page(&market, &q, per, |id, range| async move {
+    let (rows, next) = market_page(&market, &q, &page, per, |id, range| async move {
         store.prices(&id, range).await
     })
     .await?;
@@ -257,7 +275,7 @@ pub async fn market_prices(
             .into_iter()
             .map(|(label, p)| (label, price_points(p)))
             .collect(),
-        metadata: page_meta(&q, count, next),
+        metadata: page_meta(&q, &page, count, next),
     }))
 }
 
@@ -275,9 +293,10 @@ pub async fn market_books(
 ) -> Result<Json<MarketBooksResponse>, ApiError> {
     check(&caller, DataPoint::Books, &q)?;
     let market = market(&state, id_or_slug).await?;
-    let per = per_token(&market, &q, "/v1/tokens/{token_id}/books")?;
+    let per = per_token(&market, &q, TOKEN_BOOKS)?;
+    let page = q.page(MARKET_BOOKS, &market.id)?;
     let store = &state.store;
-    let (rows, next) = market_page(&market, &q, per, |id, range| async move {
+    let (rows, next) = market_page(&market, &q, &page, per, |id, range| async move {
         store.books(&id, range).await
     })
     .await?;
@@ -291,7 +310,7 @@ pub async fn market_books(
         resolution: q.resolution.as_str().into(),
         tokens: token_map(&market),
         data,
-        metadata: page_meta(&q, count, next),
+        metadata: page_meta(&q, &page, count, next),
     }))
 }
 
@@ -309,7 +328,11 @@ pub async fn market_metrics(
 ) -> Result<Json<MetricsResponse>, ApiError> {
     check(&caller, DataPoint::Metrics, &q)?;
     let market = market(&state, id_or_slug).await?;
-    let mut points = state.store.metrics(&market.id, q.range(q.limit)).await?;
+    let page = q.page(MARKET_METRICS, &market.id)?;
+    let mut points = state
+        .store
+        .metrics(&market.id, q.range(&page, q.limit))
+        .await?;
     let next = cut(&mut points, q.limit, |p| p.t);
     let data: Vec<MetricsPoint> = points
         .into_iter()
@@ -323,7 +346,7 @@ pub async fn market_metrics(
     Ok(Json(MetricsResponse {
         market_id: market.id,
         resolution: q.resolution.as_str().into(),
-        metadata: page_meta(&q, data.len(), next),
+        metadata: page_meta(&q, &page, data.len(), next),
         data,
     }))
 }

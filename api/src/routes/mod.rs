@@ -4,8 +4,12 @@
 pub mod discovery;
 pub mod history;
 
-use crate::auth::Caller;
+use crate::auth::{self, Caller};
 use crate::error::{issue, ApiError};
+use crate::rate::rate_headers;
+use crate::ApiState;
+use axum::extract::State;
+use axum::response::{IntoResponse, Response};
 use hindsight_schemas::api::*;
 use hindsight_schemas::{Timestamp, MAX_ID_LEN};
 
@@ -49,18 +53,21 @@ pub async fn health(_caller: Caller) -> Json<HealthResponse> {
 
 /// Plan, rate-limit remaining, allowed data points.
 ///
-/// Unlimited plans report `requests_per_minute` and `requests_remaining` as
-/// -1 and `reset_at` as null.
+/// Not rate-limited, so that a key over its limit can see where it stands:
+/// it counts nothing, and carries the same rate-limit headers as a counted
+/// answer. Unlimited plans report `requests_per_minute` and
+/// `requests_remaining` as -1 and `reset_at` as null.
 #[utoipa::path(get, path = "/v1/usage", tag = "utility",
-    responses((status = 200, body = UsageResponse), (status = 401, body = ErrorResponse), (status = 429, body = ErrorResponse)))]
-pub async fn usage(caller: Caller) -> Json<UsageResponse> {
-    let (plan, rate) = (&caller.plan, &caller.rate);
-    Json(UsageResponse {
+    responses((status = 200, body = UsageResponse), (status = 401, body = ErrorResponse)))]
+pub async fn usage(State(state): State<ApiState>, caller: Caller) -> Result<Response, ApiError> {
+    let rate = auth::standing(&state, &caller).await?;
+    let plan = &caller.plan;
+    let mut response = Json(UsageResponse {
         plan: plan.name.clone(),
         organization: caller.key.organization.clone(),
         limits: UsageLimits {
-            requests_per_minute: rate.limit.map_or(-1, i64::from),
-            requests_remaining: rate.remaining().map_or(-1, |r| r as i64),
+            requests_per_minute: rate.map_or(-1, |r| i64::from(r.limit)),
+            requests_remaining: rate.map_or(-1, |r| r.remaining() as i64),
             granularity_allowed: plan.finest.as_str().into(),
             max_history_days: plan.max_history_days.into(),
             data_points: DataPoints {
@@ -69,6 +76,11 @@ pub async fn usage(caller: Caller) -> Json<UsageResponse> {
                 books: plan.books,
             },
         },
-        reset_at: rate.limit.map(|_| rate.reset_at),
+        reset_at: rate.map(|r| r.reset_at),
     })
+    .into_response();
+    if let Some(rate) = &rate {
+        rate_headers(&mut response, rate);
+    }
+    Ok(response)
 }

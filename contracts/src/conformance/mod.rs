@@ -107,12 +107,15 @@ macro_rules! store_conformance {
             positions_never_advance_past_unwritten_rows: Shared,
             catalog_newest_version_wins_whatever_arrival_order: Shared,
             catalog_token_list_is_replaced: Shared,
+            catalog_first_market_keeps_its_tokens_and_slug: Shared,
+            catalog_replay_decides_nothing_again: Shared,
             catalog_slug_change_moves_the_lookup: Shared,
             catalog_series_and_events_are_stored_and_listed: Shared,
             catalog_changes_after_a_cursor: Shared,
             reset_drops_rows_catalog_and_positions: Exclusive,
             keys_found_by_hash_and_revocation_sticks: Shared,
-            rate_windows_shared_between_handles: Shared,
+            rate_limit_decisions_are_the_sliding_window: Shared,
+            rate_limit_holds_under_concurrent_handles: Shared,
         );
     };
 }

@@ -9,6 +9,7 @@ use super::{ensure, store_err, Backend, Check, T0};
 use crate::auth::*;
 use crate::store::*;
 use crate::Position;
+use hindsight_schemas::wire::RejectKind;
 use hindsight_schemas::{
     Event, EventRecord, MarketRecord, Resolution, SeriesRecord, Timestamp, Token,
 };
@@ -33,6 +34,7 @@ async fn write(store: &dyn Backend, rows: Vec<Row>) -> Check {
             ..Default::default()
         })
         .await
+        .map(|_| ())
         .map_err(store_err)
 }
 
@@ -481,7 +483,9 @@ fn event(id: &str, series_id: Option<&str>, title: &str, updated: i64) -> EventR
     }
 }
 
-fn market(
+/// An open market `id` with `slug`, `question`, version `updated` (Unix
+/// ms) and `tokens` as `(id, label)`: a builder for tests beside the suite.
+pub fn market(
     id: &str,
     slug: &str,
     question: &str,
@@ -527,14 +531,21 @@ fn simple_market(id: &str, question: &str, updated: i64) -> MarketRecord {
     )
 }
 
+/// Applies catalog records none of which may be refused.
 async fn put(store: &dyn Backend, catalog: Vec<(Position, Event)>) -> Check {
-    store
+    let applied = store
         .apply(ProjectionWrite {
             catalog,
             ..Default::default()
         })
         .await
-        .map_err(store_err)
+        .map_err(store_err)?;
+    ensure(applied.refused.is_empty(), || {
+        format!(
+            "records taking no other market's token or slug were refused: {:?}",
+            applied.refused
+        )
+    })
 }
 
 fn catalog_id(e: &Event) -> Option<&str> {
@@ -586,32 +597,37 @@ pub async fn catalog_newest_version_wins_whatever_arrival_order(
             "event" => Event::Event(event(id, None, label, updated)),
             _ => Event::Market(simple_market(id, label, updated)),
         };
+        // Each record in a log partition of its own, as one record's
+        // versions are in the log.
+        let partition = |i: u32| own_partition(&format!("{prefix}-{kind}"), i);
         for (i, (versions, winner)) in cases.iter().enumerate() {
             let id = format!("{prefix}-{kind}{i}");
             let mut won = false;
             for &(offset, updated, label) in *versions {
                 let e = make(&id, updated, label);
-                put(a, vec![(pos(0, offset), e.clone())]).await?;
+                let at = pos(partition(i as u32), offset);
+                put(a, vec![(at, e.clone())]).await?;
                 if label == *winner {
                     winners.push(e);
                     won = true;
                 } else if won {
-                    never_stored.push((pos(0, offset), e));
+                    never_stored.push((at, e));
                 } else {
-                    superseded.push((pos(0, offset), e));
+                    superseded.push((at, e));
                 }
             }
         }
         // One write, in log order, where the earlier version is the newer.
         let id = format!("{prefix}-{kind}-onewrite");
         let (newer, older) = (make(&id, T0 + 5000, "newer"), make(&id, T0, "older"));
+        let p = partition(cases.len() as u32);
         put(
             a,
-            vec![(pos(0, 40), newer.clone()), (pos(0, 41), older.clone())],
+            vec![(pos(p, 40), newer.clone()), (pos(p, 41), older.clone())],
         )
         .await?;
         winners.push(newer);
-        never_stored.push((pos(0, 41), older));
+        never_stored.push((pos(p, 41), older));
     }
     for w in &winners {
         if let Event::Market(m) = w {
@@ -657,7 +673,7 @@ pub async fn catalog_newest_version_wins_whatever_arrival_order(
 
 /// A market upsert replaces the market's token list: a token no longer
 /// listed stops resolving, a new one resolves, a label change shows; a
-/// token another market took over keeps resolving to that market.
+/// token the market dropped can then be listed by another market.
 pub async fn catalog_token_list_is_replaced(
     a: &dyn Backend,
     b: &dyn Backend,
@@ -665,12 +681,13 @@ pub async fn catalog_token_list_is_replaced(
 ) -> Check {
     let m = format!("{prefix}-m");
     let other = format!("{prefix}-other");
+    let (pm, po) = (own_partition(prefix, 0), own_partition(prefix, 1));
     let (y, n, x) = (format!("{m}-y"), format!("{m}-n"), format!("{m}-x"));
     let slug = format!("{m}-slug");
     let v1 = market(&m, &slug, "q", T0, &[(&y, "Yes"), (&n, "No")]);
     let v2 = market(&m, &slug, "q", T0 + 1, &[(&y, "Yes!"), (&x, "Maybe")]);
-    put(a, vec![(pos(0, 1), Event::Market(v1))]).await?;
-    put(a, vec![(pos(0, 2), Event::Market(v2))]).await?;
+    put(a, vec![(pos(pm, 1), Event::Market(v1))]).await?;
+    put(a, vec![(pos(pm, 2), Event::Market(v2))]).await?;
     let token = |id: &str, market: &str, label: &str| {
         Some(TokenRef {
             token_id: id.into(),
@@ -690,18 +707,230 @@ pub async fn catalog_token_list_is_replaced(
     ensure(got == token(&y, &m, "Yes!"), || {
         format!("relabelled token {y}: {got:?}")
     })?;
-    // Another market takes `x` over; then `m` drops it: `x` stays the other's.
-    let o = market(&other, &format!("{other}-slug"), "q", T0, &[(&x, "Taken")]);
-    put(a, vec![(pos(1, 1), Event::Market(o))]).await?;
+    // `m` drops `x`; then another market lists it: `x` is the other's.
     let v3 = market(&m, &slug, "q", T0 + 2, &[(&y, "Yes!")]);
-    put(a, vec![(pos(0, 3), Event::Market(v3))]).await?;
+    put(a, vec![(pos(pm, 3), Event::Market(v3))]).await?;
+    let got = b.token(&x).await.map_err(store_err)?;
+    ensure(got.is_none(), || {
+        format!("token {x}, dropped by {m}, resolves: {got:?}")
+    })?;
+    let o = market(&other, &format!("{other}-slug"), "q", T0, &[(&x, "Taken")]);
+    put(a, vec![(pos(po, 1), Event::Market(o))]).await?;
     let got = b.token(&x).await.map_err(store_err)?;
     ensure(got == token(&x, &other, "Taken"), || {
-        format!("token {x}, taken over by {other} and then dropped by {m}: {got:?}")
+        format!("token {x}, dropped by {m} and then listed by {other}: {got:?}")
     })?;
     let got = b.token(&y).await.map_err(store_err)?;
     ensure(got == token(&y, &m, "Yes!"), || {
         format!("kept token {y}: {got:?}")
+    })
+}
+
+/// Applies `catalog` and returns what it refused, as `(id, reason kind,
+/// field)`.
+async fn refused(
+    store: &dyn Backend,
+    catalog: Vec<(Position, Event)>,
+) -> Result<Vec<(Position, String, RejectKind, String)>, String> {
+    let applied = store
+        .apply(ProjectionWrite {
+            catalog,
+            ..Default::default()
+        })
+        .await
+        .map_err(store_err)?;
+    Ok(applied
+        .refused
+        .into_iter()
+        .map(|r| {
+            (
+                r.position,
+                r.id,
+                r.reason.kind(),
+                r.reason.field_name().unwrap_or_default().to_string(),
+            )
+        })
+        .collect())
+}
+
+/// One market per token and per slug: a market version listing a token
+/// another stored market lists, or taking another stored market's slug, is
+/// not stored and is reported refused (in one write, each record is decided
+/// after the ones before it); once the first market drops the token or the
+/// slug, another may take it. `lookup_tokens` answers as `token` does.
+pub async fn catalog_first_market_keeps_its_tokens_and_slug(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let id = |name: &str| format!("{prefix}-{name}");
+    let part = |n: u32| own_partition(prefix, n);
+    let (ma, mb, mc, md, me) = (id("a"), id("b"), id("c"), id("d"), id("e"));
+    let (t1, t2, t3, t5) = (id("t1"), id("t2"), id("t3"), id("t5"));
+    let (sa, sa2) = (id("a-slug"), id("a-slug2"));
+    let a1 = market(&ma, &sa, "q", T0, &[(&t1, "Yes"), (&t2, "No")]);
+    put(a, vec![(pos(part(0), 1), Event::Market(a1.clone()))]).await?;
+
+    // b lists a's token t1; c takes a's slug: neither is stored.
+    let b1 = market(&mb, &id("b-slug"), "q", T0, &[(&t3, "Yes"), (&t1, "No")]);
+    let c1 = market(&mc, &sa, "q", T0, &[(&id("t4"), "Yes")]);
+    let got = refused(
+        a,
+        vec![
+            (pos(part(1), 1), Event::Market(b1.clone())),
+            (pos(part(2), 1), Event::Market(c1.clone())),
+        ],
+    )
+    .await?;
+    let want = vec![
+        (
+            pos(part(1), 1),
+            mb.clone(),
+            RejectKind::TokenClaimed,
+            "tokens[1].id".to_string(),
+        ),
+        (
+            pos(part(2), 1),
+            mc.clone(),
+            RejectKind::SlugTaken,
+            "slug".to_string(),
+        ),
+    ];
+    ensure(got == want, || format!("refused {got:?}, want {want:?}"))?;
+    for (lookup, what) in [(&mb, "b by id"), (&mc, "c by id")] {
+        let got = b.market(lookup).await.map_err(store_err)?;
+        ensure(got.is_none(), || {
+            format!("refused market {what} is stored: {got:?}")
+        })?;
+    }
+    let got = b.market(&sa).await.map_err(store_err)?;
+    ensure(got.as_ref() == Some(&a1), || {
+        format!("slug {sa} resolves to {got:?}, not the first market {ma}")
+    })?;
+    let got = b.token(&t1).await.map_err(store_err)?;
+    ensure(got.as_ref().is_some_and(|t| t.market_id == ma), || {
+        format!("token {t1} resolves to {got:?}, not the first market {ma}")
+    })?;
+    let got = b.token(&t3).await.map_err(store_err)?;
+    ensure(got.is_none(), || {
+        format!("token {t3} of a refused market resolves: {got:?}")
+    })?;
+    let mut got = a
+        .lookup_tokens(vec![t1.clone(), t3.clone(), t2.clone()])
+        .await
+        .map_err(store_err)?;
+    got.sort_by(|x, y| x.token_id.cmp(&y.token_id));
+    let listed: Vec<(&str, &str)> = got
+        .iter()
+        .map(|t| (t.token_id.as_str(), t.market_id.as_str()))
+        .collect();
+    ensure(
+        listed == [(t1.as_str(), ma.as_str()), (t2.as_str(), ma.as_str())],
+        || format!("lookup_tokens answers {listed:?}"),
+    )?;
+
+    // In one write, the first of two markets listing a new token keeps it.
+    let d1 = market(&md, &id("d-slug"), "q", T0, &[(&t5, "Yes")]);
+    let e1 = market(&me, &id("e-slug"), "q", T0, &[(&t5, "Yes")]);
+    let got = refused(
+        a,
+        vec![
+            (pos(part(3), 1), Event::Market(d1)),
+            (pos(part(4), 1), Event::Market(e1)),
+        ],
+    )
+    .await?;
+    ensure(
+        got.len() == 1 && got[0].1 == me && got[0].2 == RejectKind::TokenClaimed,
+        || format!("of two markets listing {t5} in one write, refused: {got:?}"),
+    )?;
+    let got = b.token(&t5).await.map_err(store_err)?;
+    ensure(got.as_ref().is_some_and(|t| t.market_id == md), || {
+        format!("token {t5} resolves to {got:?}, not the first market {md}")
+    })?;
+
+    // a drops t1 and moves to another slug: b and c may take them now.
+    let a2 = market(&ma, &sa2, "q", T0 + 1, &[(&t2, "No")]);
+    put(a, vec![(pos(part(0), 2), Event::Market(a2))]).await?;
+    let b2 = market(
+        &mb,
+        &id("b-slug"),
+        "q",
+        T0 + 1,
+        &[(&t3, "Yes"), (&t1, "No")],
+    );
+    let c2 = market(&mc, &sa, "q", T0 + 1, &[(&id("t4"), "Yes")]);
+    let got = refused(
+        a,
+        vec![
+            (pos(part(1), 2), Event::Market(b2)),
+            (pos(part(2), 2), Event::Market(c2.clone())),
+        ],
+    )
+    .await?;
+    ensure(got.is_empty(), || {
+        format!("after {ma} released them, refused: {got:?}")
+    })?;
+    let got = b.token(&t1).await.map_err(store_err)?;
+    ensure(got.as_ref().is_some_and(|t| t.market_id == mb), || {
+        format!("token {t1}, released by {ma} and listed by {mb}, resolves to {got:?}")
+    })?;
+    let got = b.market(&sa).await.map_err(store_err)?;
+    ensure(got.as_ref() == Some(&c2), || {
+        format!("slug {sa}, released by {ma} and taken by {mc}, resolves to {got:?}")
+    })?;
+    // A refused version never reached the change feed.
+    let (all, _) = b.catalog_changes(None).await.map_err(store_err)?;
+    for never in [Event::Market(b1), Event::Market(c1)] {
+        ensure(!all.contains(&never), || {
+            format!("the change feed lists a refused version: {never:?}")
+        })?;
+    }
+    Ok(())
+}
+
+/// Catalog records are decided once: re-applying a write (a replay after a
+/// crash between the catalog and the consumed positions) leaves a refused
+/// record refused, although a later record of the same write released the
+/// token it was refused for; and a stored one stays stored.
+pub async fn catalog_replay_decides_nothing_again(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let (ma, mb) = (format!("{prefix}-a"), format!("{prefix}-b"));
+    let (pa, pb) = (own_partition(prefix, 0), own_partition(prefix, 1));
+    let t = format!("{prefix}-t");
+    let a1 = market(&ma, &format!("{ma}-slug"), "q", T0, &[(&t, "Yes")]);
+    put(a, vec![(pos(pa, 1), Event::Market(a1))]).await?;
+    let b1 = market(&mb, &format!("{mb}-slug"), "q", T0, &[(&t, "Yes")]);
+    let other = format!("{prefix}-t2");
+    let a2 = market(&ma, &format!("{ma}-slug"), "q", T0 + 1, &[(&other, "Yes")]);
+    let write = || {
+        vec![
+            (pos(pb, 5), Event::Market(b1.clone())),
+            (pos(pa, 2), Event::Market(a2.clone())),
+        ]
+    };
+    let first = refused(a, write()).await?;
+    ensure(first.len() == 1 && first[0].1 == mb, || {
+        format!("{mb} listing {ma}'s token: refused {first:?}")
+    })?;
+    let again = refused(a, write()).await?;
+    ensure(again.is_empty(), || {
+        format!("the same write again decided records again: refused {again:?}")
+    })?;
+    let got = b.token(&t).await.map_err(store_err)?;
+    ensure(got.is_none(), || {
+        format!("after the write was applied again, {t} resolves to {got:?}: the refused {mb} was stored on replay")
+    })?;
+    let got = b.market(&mb).await.map_err(store_err)?;
+    ensure(got.is_none(), || {
+        format!("the refused {mb} is stored after a replay: {got:?}")
+    })?;
+    let got = b.market(&ma).await.map_err(store_err)?;
+    ensure(got == Some(a2.clone()), || {
+        format!("{ma} after a replay: {got:?}")
     })
 }
 
@@ -714,12 +943,13 @@ pub async fn catalog_slug_change_moves_the_lookup(
 ) -> Check {
     let (m, m2) = (format!("{prefix}-m"), format!("{prefix}-m2"));
     let (old, new) = (format!("{prefix}-old-slug"), format!("{prefix}-new-slug"));
+    let (pm, pm2) = (own_partition(prefix, 0), own_partition(prefix, 1));
     let t = yes_no(&m);
     let tokens = [(t[0].0.as_str(), t[0].1), (t[1].0.as_str(), t[1].1)];
     let v1 = market(&m, &old, "q", T0, &tokens);
     let v2 = market(&m, &new, "q", T0 + 1, &tokens);
-    put(a, vec![(pos(0, 1), Event::Market(v1.clone()))]).await?;
-    put(a, vec![(pos(0, 2), Event::Market(v2.clone()))]).await?;
+    put(a, vec![(pos(pm, 1), Event::Market(v1.clone()))]).await?;
+    put(a, vec![(pos(pm, 2), Event::Market(v2.clone()))]).await?;
     let got = b.market(&old).await.map_err(store_err)?;
     ensure(got.is_none(), || {
         format!("the old slug {old} still resolves: {got:?}")
@@ -741,8 +971,8 @@ pub async fn catalog_slug_change_moves_the_lookup(
         T0,
         &[(&t2[0].0, t2[0].1), (&t2[1].0, t2[1].1)],
     );
-    put(a, vec![(pos(1, 1), Event::Market(other.clone()))]).await?;
-    put(a, vec![(pos(0, 1), Event::Market(v1))]).await?;
+    put(a, vec![(pos(pm2, 1), Event::Market(other.clone()))]).await?;
+    put(a, vec![(pos(pm, 1), Event::Market(v1))]).await?;
     let got = b.market(&old).await.map_err(store_err)?;
     ensure(got.as_ref() == Some(&other), || {
         format!("the slug {old}, taken by {m2}, resolves to {got:?}")
@@ -777,7 +1007,7 @@ pub async fn catalog_series_and_events_are_stored_and_listed(
         written
             .iter()
             .enumerate()
-            .map(|(i, r)| (pos(0, i as u64), r.clone()))
+            .map(|(i, r)| (pos(own_partition(prefix, 0), i as u64), r.clone()))
             .collect(),
     )
     .await?;
@@ -811,12 +1041,17 @@ pub async fn catalog_changes_after_a_cursor(
         format!("{prefix}-e"),
         format!("{prefix}-m"),
     );
+    let (p0, p1, p2) = (
+        own_partition(prefix, 0),
+        own_partition(prefix, 1),
+        own_partition(prefix, 2),
+    );
     put(
         a,
         vec![
-            (pos(0, 1000), Event::Series(series(&s, "v1", T0))),
-            (pos(0, 1001), Event::Event(event(&e, Some(&s), "v1", T0))),
-            (pos(0, 1002), Event::Market(simple_market(&m, "v1", T0))),
+            (pos(p0, 1000), Event::Series(series(&s, "v1", T0))),
+            (pos(p0, 1001), Event::Event(event(&e, Some(&s), "v1", T0))),
+            (pos(p0, 1002), Event::Market(simple_market(&m, "v1", T0))),
         ],
     )
     .await?;
@@ -824,18 +1059,21 @@ pub async fn catalog_changes_after_a_cursor(
     // Changes after the cursor: newer versions at later offsets, and new
     // records from other partitions at far lower offsets.
     let changed = vec![
-        (pos(0, 1003), Event::Series(series(&s, "v2", T0 + 1))),
+        (pos(p0, 1003), Event::Series(series(&s, "v2", T0 + 1))),
         (
-            pos(0, 1004),
+            pos(p0, 1004),
             Event::Event(event(&e, Some(&s), "v2", T0 + 1)),
         ),
-        (pos(0, 1005), Event::Market(simple_market(&m, "v2", T0 + 1))),
         (
-            pos(1, 3),
+            pos(p0, 1005),
+            Event::Market(simple_market(&m, "v2", T0 + 1)),
+        ),
+        (
+            pos(p1, 3),
             Event::Market(simple_market(&format!("{m}-new"), "v1", T0)),
         ),
         (
-            pos(2, 0),
+            pos(p2, 0),
             Event::Series(series(&format!("{s}-new"), "v1", T0)),
         ),
     ];
@@ -849,7 +1087,7 @@ pub async fn catalog_changes_after_a_cursor(
     }
     // And from the next cursor on, only what changes next.
     let later = (
-        pos(1, 4),
+        pos(p1, 4),
         Event::Market(simple_market(&format!("{m}-new"), "v2", T0 + 1)),
     );
     put(a, vec![later.clone()]).await?;
@@ -991,52 +1229,175 @@ pub async fn keys_found_by_hash_and_revocation_sticks(
     })
 }
 
-/// One window's count is shared by every handle, counts every hit of
-/// concurrent clients, and starts over in the next window.
-pub async fn rate_windows_shared_between_handles(
+/// The decisions `take_hit` must make when hits are taken one at a time:
+/// admitted iff fewer than `limit` admitted hits lie within
+/// [`counted_range`] of the hit.
+fn model(limit: usize, hits: &[i64]) -> Vec<bool> {
+    let mut admitted: Vec<i64> = Vec::new();
+    hits.iter()
+        .map(|&t| {
+            let (after, before) = counted_range(Timestamp(t));
+            let counted = admitted
+                .iter()
+                .filter(|&&a| a > after.0 && a < before.0)
+                .count();
+            let ok = counted < limit;
+            if ok {
+                admitted.push(t);
+            }
+            ok
+        })
+        .collect()
+}
+
+/// One at a time, alternating handles, the decisions are exactly the
+/// sliding window's: at the window's exclusive edge, a millisecond either
+/// side of it, and with hits later than `now` (a replica whose clock runs
+/// ahead) counted. Refused hits are not counted; `rate_hits` reads what
+/// `take_hit` counts without taking one.
+pub async fn rate_limit_decisions_are_the_sliding_window(
     a: &dyn Backend,
     b: &dyn Backend,
     prefix: &str,
 ) -> Check {
     let key = format!("key_rate_{prefix}");
-    let window = Timestamp(T0);
-    let mut counts = Vec::new();
-    for i in 0..6 {
-        let client = if i % 2 == 0 { a } else { b };
-        counts.push(client.hit_window(&key, window).await.map_err(store_err)?);
-    }
-    ensure(counts == (1..=6).collect::<Vec<u64>>(), || {
-        format!("alternating hits counted {counts:?}")
+    const LIMIT: u32 = 3;
+    let w = RATE_WINDOW_MS;
+    // (when, admitted): the sliding window's decisions, spelled out.
+    let steps = [
+        (T0, true),
+        (T0 + 10_000, true),
+        (T0 + 10_000, true),     // two hits in one millisecond are two hits
+        (T0 + 20_000, false),    // three in the window
+        (T0 + w - 1, false),     // T0 is still inside
+        (T0 + w, true),          // T0 has left: the window is open at its start
+        (T0 + w, false),         // three again
+        (T0 + w + 10_001, true), // both hits at T0 + 10 s have left
+        (T0 + w + 10_001, true), // one at T0 + w, two now
+        // A replica whose clock runs 40 s behind: the hits above lie in
+        // its future, within a window, and count.
+        (T0 + 30_000, false),
+        (T0 + w + 50_000, false), // the latest three are within a window
+        (T0 + 10 * w, true),      // long after: the window is empty
+    ];
+    let times: Vec<i64> = steps.iter().map(|(t, _)| *t).collect();
+    let want: Vec<bool> = steps.iter().map(|(_, ok)| *ok).collect();
+    ensure(model(LIMIT as usize, &times) == want, || {
+        "the check's own steps disagree with the sliding window".into()
     })?;
-    // Two clients hitting at once: each sees its own hits counted, and no
-    // hit is lost.
-    let (ca, cb) = tokio::join!(burst(a, &key, window), burst(b, &key, window));
-    for seen in [ca?, cb?] {
-        ensure(seen.windows(2).all(|w| w[0] < w[1]), || {
-            format!("a client's successive hits counted {seen:?}")
+    let mut got = Vec::new();
+    for (i, &t) in times.iter().enumerate() {
+        let (taker, reader) = if i % 2 == 0 { (a, b) } else { (b, a) };
+        let before = reader
+            .rate_hits(&key, Timestamp(t))
+            .await
+            .map_err(store_err)?;
+        let taken = taker
+            .take_hit(&key, Timestamp(t), LIMIT)
+            .await
+            .map_err(store_err)?;
+        let after = reader
+            .rate_hits(&key, Timestamp(t))
+            .await
+            .map_err(store_err)?;
+        let mut expected = before.clone();
+        if taken.admitted {
+            expected.push(Timestamp(t));
+            expected.sort();
+        }
+        ensure(taken.hits == expected && after == expected, || {
+            format!(
+                "hit {i} at T0 + {} ms: counted before {before:?}, take_hit returned {taken:?}, \
+                 counted after {after:?}",
+                t - T0
+            )
         })?;
-        ensure(seen.iter().all(|c| (7..=26).contains(c)), || {
-            format!("counts outside 6 + (1..=20): {seen:?}")
-        })?;
+        got.push(taken.admitted);
     }
-    let last = a.hit_window(&key, window).await.map_err(store_err)?;
-    ensure(last == 27, || {
-        format!("after 26 hits the 27th counted {last}")
-    })?;
-    let next = b
-        .hit_window(&key, Timestamp(T0 + 60_000))
-        .await
-        .map_err(store_err)?;
-    ensure(next == 1, || {
-        format!("the next window starts at {next}, not 1")
+    ensure(got == want, || {
+        format!("decisions {got:?}, the sliding window decides {want:?}")
     })
 }
 
-/// Ten hits of one client in a row: the counts it saw.
-async fn burst(client: &dyn Backend, key: &str, window: Timestamp) -> Result<Vec<u64>, String> {
-    let mut seen = Vec::new();
-    for _ in 0..10 {
-        seen.push(client.hit_window(key, window).await.map_err(store_err)?);
+/// Many hits at once through both handles never admit more than the limit,
+/// and the refused ones leave no trace: taken one at a time afterwards, hits
+/// are admitted up to exactly the limit (whatever the race admitted).
+pub async fn rate_limit_holds_under_concurrent_handles(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let key = format!("key_race_{prefix}");
+    const LIMIT: u32 = 5;
+    let now = |i: i64| Timestamp(T0 + i * 100);
+    let takes: Vec<_> = (0..40)
+        .map(|i| {
+            let client = if i % 2 == 0 { a } else { b };
+            let key = key.clone();
+            async move { client.take_hit(&key, now(i), LIMIT).await }
+        })
+        .collect();
+    let mut admitted = 0;
+    for (i, taken) in join_all(takes).await.into_iter().enumerate() {
+        let taken = taken.map_err(store_err)?;
+        ensure(
+            !taken.admitted || taken.hits.len() <= LIMIT as usize,
+            || {
+                format!(
+                    "hit {i} was admitted counting {} hits: {taken:?}",
+                    taken.hits.len()
+                )
+            },
+        )?;
+        admitted += usize::from(taken.admitted);
     }
-    Ok(seen)
+    // Racers may all withdraw (the contract allows it), never overshoot.
+    ensure(admitted <= LIMIT as usize, || {
+        format!("40 concurrent hits with a limit of {LIMIT}: {admitted} admitted")
+    })?;
+    let counted = b.rate_hits(&key, now(40)).await.map_err(store_err)?;
+    ensure(counted.len() == admitted, || {
+        format!(
+            "{admitted} admitted, but {} counted: {counted:?}",
+            counted.len()
+        )
+    })?;
+    let mut more = 0;
+    for i in 0..LIMIT as i64 {
+        let client = if i % 2 == 0 { b } else { a };
+        let taken = client
+            .take_hit(&key, now(41 + i), LIMIT)
+            .await
+            .map_err(store_err)?;
+        more += usize::from(taken.admitted);
+    }
+    ensure(admitted + more == LIMIT as usize, || {
+        format!("after {admitted} admitted in the race, {more} more were admitted one by one")
+    })
+}
+
+/// Polls every future to completion, concurrently (on the calling task).
+async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut pending: Vec<_> = futures.into_iter().map(Box::pin).collect();
+    let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut all = true;
+        for (future, out) in pending.iter_mut().zip(done.iter_mut()) {
+            if out.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *out = Some(v),
+                    std::task::Poll::Pending => all = false,
+                }
+            }
+        }
+        if all {
+            std::task::Poll::Ready(())
+        } else {
+            std::task::Poll::Pending
+        }
+    })
+    .await;
+    done.into_iter()
+        .map(|o| o.expect("polled to completion"))
+        .collect()
 }

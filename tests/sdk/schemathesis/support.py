@@ -1,7 +1,9 @@
 """What tests/sdk/run.sh does around schemathesis.
 
-  support.py seed URL DATASET    feeds DATASET (NDJSON) through ingest and
-                                 waits until the API serves all of it
+  support.py seed INGEST API DATASET
+                                 feeds DATASET (NDJSON) through the ingest
+                                 service at INGEST and waits until the API
+                                 at API serves all of it
   support.py report NDJSON       prints, per operation, the cases schemathesis
                                  ran and the statuses they got (from its
                                  `--report ndjson` events); fails when an
@@ -24,12 +26,12 @@ from urllib.parse import urlsplit
 import httpx
 
 
-def seed(url: str, dataset: str) -> None:
+def seed(ingest: str, url: str, dataset: str) -> None:
     with open(dataset, "rb") as f:
         body = f.read()
     lines = [json.loads(line) for line in body.splitlines() if line.strip()]
     r = httpx.post(
-        f"{url}/ingest/v1/events",
+        f"{ingest}/ingest/v1/events",
         content=body,
         headers={"Authorization": f"Bearer {os.environ['HINDSIGHT_INGEST_TOKEN']}"},
         timeout=60,
@@ -62,13 +64,15 @@ def seed(url: str, dataset: str) -> None:
                 return False
         return True
 
-    for _ in range(300):
+    # The distributed deployment projects through Kafka into Cassandra.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
         if served():
             print(f"seeded {len(lines)} events of {dataset}: {len(markets)} markets, "
                   f"{len({t for _, t in points})} tokens, served")
             return
         time.sleep(0.1)
-    sys.exit(f"{dataset} was accepted but not served within 30 s")
+    sys.exit(f"{dataset} was accepted but not served within 60 s")
 
 
 def report(path: str, spec: str) -> None:
