@@ -1,13 +1,16 @@
 //! Ingest body handling (`ingest/src/http.rs`): `Content-Encoding` and gzip
-//! layers in front of the NDJSON parser, through the real ingest router and
-//! the embedded SQLite log (in `HINDSIGHT_FUZZ_SCRATCH`, else the
-//! temporary directory).
+//! layers in front of the NDJSON parser and the catalog check, through the
+//! real ingest router, the embedded SQLite log, and a catalog view of an
+//! embedded store holding market `m1` (tokens `t1`, `t2`, slug `will-it`),
+//! so that lines contradicting it (another market's tick on `t1`, a market
+//! listing `t2` or taking `will-it`) are refused; all in
+//! `HINDSIGHT_FUZZ_SCRATCH`, else the temporary directory.
 //!
 //! An input is a first line, then the body. Two shapes:
 //! - `layers=N` (N = 0..3): the harness gzips the body N times and says so
 //!   in `Content-Encoding`, so the fuzzer explores NDJSON behind valid gzip.
-//!   The answer must be what validating the plain body gives: the same
-//!   accepted and rejected counts, 413 when the plain body is over the
+//!   The answer must be what validating the plain body against the same
+//!   catalog gives: the same accepted and rejected counts, 413 when the plain body is over the
 //!   limit, 415 for three layers (at most two are undone).
 //! - anything else: the line is `Content-Encoding` values, one header each,
 //!   split at `|` (empty: no header), sent with the body as is (corrupt
@@ -20,19 +23,26 @@ use axum::http::{header, HeaderValue, Request, StatusCode};
 use axum::Router;
 use flate2::write::GzEncoder;
 use flate2::Compression;
+use hindsight_contracts::{Position, ProjectionStore, ProjectionWrite};
 use hindsight_ingest::batch;
+use hindsight_ingest::catalog::{BatchClaims, CatalogView};
 use hindsight_ingest::http::{router, IngestLimits, IngestState, MAX_GZIP_LAYERS};
+use hindsight_schemas::claims::Claims;
+use hindsight_schemas::wire::parse_line;
 use hindsight_schemas::Timestamp;
-use hindsight_sqlite::SqliteLog;
+use hindsight_sqlite::{SqliteLog, SqliteStore};
 use http_body_util::BodyExt;
 use libfuzzer_sys::fuzz_target;
 use std::io::Write;
 use std::sync::{Arc, OnceLock};
+use std::time::Duration;
 use tower::ServiceExt;
 
 const TOKEN: &str = "hsi_fuzz";
 /// Small, so that bodies and gzip bombs over the limit are within reach.
 const MAX_BODY: usize = 2048;
+/// The market the store's catalog holds (as the seed corpus writes it).
+const STORED_MARKET: &str = r#"{"kind":"market","id":"m1","slug":"will-it","event_id":"e1","question":"Will it?","status":"open","tokens":[{"id":"t1","label":"Yes"},{"id":"t2","label":"No"}],"updated_at":"2025-09-01T00:00:00Z"}"#;
 
 enum Input<'a> {
     Layered {
@@ -68,6 +78,7 @@ fn parse(data: &[u8]) -> Input<'_> {
 struct Harness {
     rt: tokio::runtime::Runtime,
     router: Router,
+    catalog: Arc<CatalogView>,
     _dir: std::path::PathBuf,
 }
 
@@ -84,15 +95,38 @@ fn harness() -> &'static Harness {
         let dir = base.join(format!("ingest-log-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         let log = Arc::new(SqliteLog::open(&dir).unwrap());
+        let store = Arc::new(SqliteStore::open(&dir).unwrap());
+        // Read once and never again (nothing projects here): every input
+        // is checked against the same catalog.
+        let catalog = Arc::new(CatalogView::new(store.clone(), Duration::MAX));
+        rt.block_on(async {
+            let market = parse_line(STORED_MARKET, Timestamp::now()).unwrap();
+            let write = ProjectionWrite {
+                catalog: vec![(
+                    Position {
+                        partition: 0,
+                        offset: 0,
+                    },
+                    market,
+                )],
+                ..Default::default()
+            };
+            let applied = store.apply(write).await.unwrap();
+            assert!(applied.refused.is_empty(), "{applied:?}");
+            catalog.refresh().await;
+            assert_eq!(catalog.read().token_market("t2"), Some("m1"));
+        });
         let router = router(IngestState {
             log,
             token: TOKEN.into(),
             max_body_bytes: MAX_BODY,
             limits: IngestLimits::default(),
+            catalog: catalog.clone(),
         });
         Harness {
             rt,
             router,
+            catalog,
             _dir: dir,
         }
     })
@@ -163,6 +197,8 @@ fuzz_target!(|data: &[u8]| {
                         Timestamp::now(),
                         &Default::default(),
                         usize::MAX,
+                        &*h.catalog.read(),
+                        &mut BatchClaims::default(),
                     );
                     let want = (v.events.len() as u64, v.rejected_count as u64);
                     assert_eq!(counts(&json), want, "{json}");

@@ -5,17 +5,32 @@
 //! (accepted or rejected, never dropped), rejects carry their line number in
 //! order and a reason, and every accepted event survives what happens to it
 //! next unchanged: the log envelope (`codec`) and the feed's line form
-//! (`wire::to_line`, parsed again).
+//! (`wire::to_line`, parsed again). The catalog rule
+//! (`hindsight_schemas::claims`) runs over an empty catalog, so only the
+//! body's own market records claim tokens and slugs: the accepted events,
+//! checked again in order, keep the rule among themselves (a refused market
+//! claims nothing).
 #![no_main]
 
 use hindsight_ingest::batch;
+use hindsight_ingest::catalog::BatchClaims;
+use hindsight_schemas::claims::Lookups;
 use hindsight_schemas::{codec, wire, Timestamp};
 use libfuzzer_sys::fuzz_target;
 
 const NOW: Timestamp = Timestamp(1_760_000_000_000);
 
 fuzz_target!(|body: &[u8]| {
-    let out = batch::validate(body, 1, NOW, &wire::Limits::default(), usize::MAX);
+    let empty = Lookups::default();
+    let out = batch::validate(
+        body,
+        1,
+        NOW,
+        &wire::Limits::default(),
+        usize::MAX,
+        &empty,
+        &mut BatchClaims::default(),
+    );
 
     let text = body.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(body);
     let lines: Vec<&[u8]> = text.split(|b| *b == b'\n').collect();
@@ -43,7 +58,11 @@ fuzz_target!(|body: &[u8]| {
         previous = r.line;
     }
 
+    let mut claims = BatchClaims::default();
     for event in &out.events {
+        if let Err(reject) = claims.check(&empty, event) {
+            panic!("accepted against the catalog rule: {reject}: {event:?}");
+        }
         assert_eq!(codec::decode(&codec::encode(event)).as_ref(), Ok(event));
         let line = wire::to_line(event);
         assert_eq!(wire::parse_line(&line, NOW).as_ref(), Ok(event), "{line}");
