@@ -1,10 +1,11 @@
 //! The one place that chooses implementations: the embedded SQLite log or
 //! Kafka, the embedded SQLite store or the CQL store, and where Kafka's
-//! idempotency keys live. Everything above this module sees only the traits
-//! of `hindsight-contracts`.
+//! idempotency keys live (the CQL store when there is one, shared by every
+//! ingest replica; else `idempotency.db` in the data directory). Everything
+//! above this module sees only the traits of `hindsight-contracts`.
 
 use anyhow::{anyhow, Context};
-use hindsight_contracts::{ConsumerSource, EventLog, ProjectionStore, Store};
+use hindsight_contracts::{ConsumerSource, EventLog, IdempotencyStore, ProjectionStore, Store};
 use hindsight_kafka::{KafkaConfig, KafkaLog, KafkaSource};
 use hindsight_scylla::{ScyllaConfig, ScyllaStore};
 use hindsight_sqlite::{EmbeddedSource, IdempotencyFile, SqliteLog, SqliteStore};
@@ -72,7 +73,8 @@ pub struct BackendConfig {
     pub data_dir: PathBuf,
     /// `Some`: the event log is Kafka; `None`: the embedded log.
     pub kafka: Option<KafkaSettings>,
-    /// `Some`: the read store is CQL; `None`: the embedded store.
+    /// `Some`: the read store is CQL; `None`: the embedded store. With
+    /// Kafka, it also holds the idempotency keys of appending commands.
     pub scylla: Option<ScyllaConfig>,
     pub uses: Uses,
 }
@@ -112,17 +114,22 @@ impl Backends {
         hindsight_telemetry::install();
         let dir = &cfg.data_dir;
         let uses = cfg.uses;
-        let store: Option<Arc<dyn Store>> = if uses.read || uses.consume {
-            Some(match &cfg.scylla {
-                Some(config) => Arc::new(
-                    ScyllaStore::connect(config.clone())
-                        .await
-                        .context("connecting to the CQL store")?,
-                ),
-                None => Arc::new(SqliteStore::open(dir)?),
-            })
-        } else {
-            None
+        // One CQL session serves the store and, for a Kafka ingest, the
+        // idempotency keys.
+        let needs_store = uses.read || uses.consume;
+        let needs_cql_keys = uses.append && cfg.kafka.is_some();
+        let cql = match &cfg.scylla {
+            Some(config) if needs_store || needs_cql_keys => Some(Arc::new(
+                ScyllaStore::connect(config.clone())
+                    .await
+                    .context("connecting to the CQL store")?,
+            )),
+            _ => None,
+        };
+        let store: Option<Arc<dyn Store>> = match (&cql, needs_store) {
+            (_, false) => None,
+            (Some(cql), true) => Some(cql.clone()),
+            (None, true) => Some(Arc::new(SqliteStore::open(dir)?)),
         };
         let mut backends = Backends {
             log: None,
@@ -139,12 +146,17 @@ impl Backends {
             Some(kafka) => {
                 hindsight_kafka::topics::verify(&kafka.config, TOPIC_CHECK_TIMEOUT)?;
                 if uses.append {
-                    // Kafka cannot record a key atomically with an append;
-                    // the keys live in a file beside this ingest process.
-                    let idempotency = IdempotencyFile::open(dir)?;
+                    hindsight_kafka::topics::verify_markers(&kafka.config, TOPIC_CHECK_TIMEOUT)?;
+                    // Kafka cannot record a key atomically with an append:
+                    // keys are claimed in a store every replica shares.
+                    let idempotency: Arc<dyn IdempotencyStore> = match &cql {
+                        Some(cql) => cql.clone(),
+                        // Safe for the processes sharing this data directory.
+                        None => Arc::new(IdempotencyFile::open(dir)?),
+                    };
                     let log = Arc::new(KafkaLog::new(
                         kafka.config.clone(),
-                        Some(Arc::new(idempotency)),
+                        Some(idempotency),
                         kafka.delivery_timeout,
                     )?);
                     backends.log = Some(log.clone());

@@ -447,7 +447,10 @@ pub struct IngestArgs {
     pub kafka: KafkaArgs,
     #[command(flatten)]
     pub producer: KafkaProducerArgs,
-    /// The store whose catalog lines are checked against.
+    /// The store whose catalog lines are checked against. With Kafka, it
+    /// also holds the idempotency keys every ingest replica shares (a CQL
+    /// store; with the embedded store, keys live in this data directory's
+    /// `idempotency.db`, and only retries reaching this host are safe).
     #[command(flatten)]
     pub scylla: ScyllaArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8081")]
@@ -558,7 +561,8 @@ pub struct BackfillArgs {
     pub kafka: KafkaArgs,
     #[command(flatten)]
     pub producer: KafkaProducerArgs,
-    /// The store whose catalog lines are checked against.
+    /// The store whose catalog lines are checked against, and with Kafka
+    /// the idempotency keys (as ingest).
     #[command(flatten)]
     pub scylla: ScyllaArgs,
     /// NDJSON files; gzip is detected by content.

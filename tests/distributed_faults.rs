@@ -6,15 +6,15 @@
 //! counted exactly once, and ends with tables equal to a clean rebuild of
 //! the log into a second keyspace.
 //!
-//! The tests kill shared engines, so they run one at a time (a lock), and
-//! in a test binary of their own (cargo runs test binaries one after
-//! another, so no other test sees the engines die).
+//! The tests kill shared engines (or a process mid-append), so they run one
+//! at a time (a lock), and in a test binary of their own (cargo runs test
+//! binaries one after another, so no other test sees the engines die).
 
 mod common;
 use common::cql::{assert_same_tables, Cql, Keyspace};
 use common::kafka::{
-    backfill, batch_lines, kill_engine, post_batch, rebuild_into, service, start_again,
-    wait_caught_up, wait_http, Topics,
+    backfill, batch_lines, kill_engine, post_batch, rebuild_into, service, service_env,
+    start_again, wait_caught_up, wait_http, Topics,
 };
 use common::*;
 use std::collections::BTreeMap;
@@ -61,6 +61,28 @@ async fn wait_all_counted(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// Requires the incremental tables, once the projectors have written the
+/// whole log, to equal a clean `rebuild` of it into a keyspace named after
+/// `clean`.
+async fn assert_equal_to_a_clean_rebuild(
+    topics: &Topics,
+    cql: &Cql,
+    ks: &Keyspace,
+    clean: &str,
+    dir: &std::path::Path,
+    started: Instant,
+) {
+    wait_caught_up(topics, cql, &ks.name).await;
+    let incremental = cql.snapshot(&ks.name).await;
+    let clean = Keyspace::migrate(clean);
+    rebuild_into(topics, &clean, dir);
+    assert_same_tables(&incremental, &cql.snapshot(&clean.name).await);
+    eprintln!(
+        "tables equal a clean rebuild; {:.1} s",
+        started.elapsed().as_secs_f64()
+    );
 }
 
 /// Backfilled markets `{tag}{from}..{to}`, each its own token of TICKS
@@ -139,14 +161,8 @@ async fn projectors_sigkilled_ten_times_mid_stream_lose_and_double_nothing() {
     // come after them, so the projectors stay up until those are written too.
     wait_caught_up(&topics, &cql, &ks.name).await;
     drop(running);
-    let incremental = cql.snapshot(&ks.name).await;
-    let clean = Keyspace::migrate("fault_projector_clean");
-    rebuild_into(&topics, &clean, &dir);
-    assert_same_tables(&incremental, &cql.snapshot(&clean.name).await);
-    eprintln!(
-        "tables equal a clean rebuild; {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    assert_equal_to_a_clean_rebuild(&topics, &cql, &ks, "fault_projector_clean", &dir, started)
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -219,15 +235,7 @@ async fn the_broker_sigkilled_during_ingest_and_restarted_loses_no_acknowledged_
         acked.len()
     );
 
-    wait_caught_up(&topics, &cql, &ks.name).await;
-    let incremental = cql.snapshot(&ks.name).await;
-    let clean = Keyspace::migrate("fault_broker_clean");
-    rebuild_into(&topics, &clean, &dir);
-    assert_same_tables(&incremental, &cql.snapshot(&clean.name).await);
-    eprintln!(
-        "tables equal a clean rebuild; {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    assert_equal_to_a_clean_rebuild(&topics, &cql, &ks, "fault_broker_clean", &dir, started).await;
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -273,13 +281,187 @@ async fn cassandra_sigkilled_during_projection_and_restarted_loses_no_event() {
     let counted = wait_all_counted(&cql, &ks.name, &acked, &acked).await;
     eprintln!("acknowledged {acknowledged}, counted {counted}");
 
-    wait_caught_up(&topics, &cql, &ks.name).await;
-    let incremental = cql.snapshot(&ks.name).await;
-    let clean = Keyspace::migrate("fault_cassandra_clean");
-    rebuild_into(&topics, &clean, &dir);
-    assert_same_tables(&incremental, &cql.snapshot(&clean.name).await);
-    eprintln!(
-        "tables equal a clean rebuild; {:.1} s",
-        started.elapsed().as_secs_f64()
-    );
+    assert_equal_to_a_clean_rebuild(&topics, &cql, &ks, "fault_cassandra_clean", &dir, started)
+        .await;
+}
+
+/// What an ingest replica answered to a keyed POST.
+struct Answer {
+    /// 0 when the connection died without an answer.
+    status: u16,
+    replayed: bool,
+    retry_after: Option<u64>,
+    detail: String,
+}
+
+async fn post_keyed(base: &str, body: &str, key: &str) -> Answer {
+    let sent = client()
+        .post(format!("{base}/ingest/v1/events"))
+        .bearer_auth(INGEST_TOKEN)
+        .header("Idempotency-Key", key)
+        .body(body.to_string())
+        .send()
+        .await;
+    let Ok(r) = sent else {
+        return Answer {
+            status: 0,
+            replayed: false,
+            retry_after: None,
+            detail: String::new(),
+        };
+    };
+    let header = |name: &str| {
+        r.headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
+    let replayed = header("idempotent-replayed").as_deref() == Some("true");
+    let retry_after = header("retry-after").and_then(|v| v.parse().ok());
+    let status = r.status().as_u16();
+    let body: serde_json::Value = r.json().await.unwrap_or_default();
+    Answer {
+        status,
+        replayed,
+        retry_after,
+        detail: body["detail"].as_str().unwrap_or_default().to_string(),
+    }
+}
+
+/// Where replica A dies, and whether B's retry then finds the batch in the
+/// log (replayed) or appends it.
+const CRASH_POINTS: [(&str, bool); 4] = [
+    // Key claimed, nothing sent: B takes the key over once A's lease ends.
+    ("after-claim", false),
+    // Every record sent in A's open transaction: B's init_transactions
+    // aborts it, and B appends.
+    ("after-flush", false),
+    // Key marked committing, A's transaction still open: B reads A's marker
+    // (aborted by B's fencing) and appends.
+    ("after-committing", false),
+    // A's transaction committed, the key not yet done: B reads A's marker
+    // (committed) and replays A's answer without appending.
+    ("after-commit", true),
+];
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_keyed_batch_whose_replica_dies_mid_append_lands_once_when_retried_on_another() {
+    let _engines = ENGINES.lock().await;
+    let started = Instant::now();
+    let dir = temp_dir("fault-keyed");
+    let topics = Topics::init("fault_keyed", 3);
+    let ks = Keyspace::migrate("fault_keyed");
+    let cql = Cql::connect().await;
+    // Both replicas claim keys in the same keyspace; a 2 s delivery timeout
+    // makes the lease 6 s.
+    let ingest_args = [topics.args(), ks.args()].concat();
+    let replica = |name: &str, fault: Option<&str>| {
+        let port = free_port();
+        let env: Vec<(&str, &str)> = fault
+            .map(|point| ("HINDSIGHT_FAULT_ABORT_AT", point))
+            .into_iter()
+            .collect();
+        let child = Killed(service_env(
+            &[
+                "ingest",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--kafka-delivery-timeout-ms",
+                "2000",
+            ],
+            &ingest_args,
+            &dir.join(name),
+            &env,
+        ));
+        (child, format!("http://127.0.0.1:{port}"))
+    };
+    let _projector = Killed(service(
+        &["projector", "--metrics-listen", "127.0.0.1:0"],
+        &[topics.consumer_args(), ks.args()].concat(),
+        &dir.join("projector"),
+    ));
+    let (_b, b) = replica("b", None);
+    wait_http(&format!("{b}/livez")).await;
+
+    let (mut acked, mut sent) = (BTreeMap::new(), BTreeMap::new());
+    for (n, (point, replays)) in CRASH_POINTS.iter().enumerate() {
+        let (mut a, a_base) = replica(&format!("a-{point}"), Some(point));
+        wait_http(&format!("{a_base}/livez")).await;
+        let key = format!("keyed-{point}");
+        let body = batch_lines("fk", n, TICKS);
+        sent.insert(format!("fk{n}-yes"), TICKS as i64);
+        let died = post_keyed(&a_base, &body, &key).await;
+        assert_eq!(
+            died.status, 0,
+            "replica A answered although it dies {point}"
+        );
+        let exit = a.0.wait().unwrap();
+        assert!(!exit.success(), "replica A exited {exit} at {point}");
+        // The client retries on replica B until it is acknowledged.
+        let retried = Instant::now();
+        let mut waits = 0;
+        let answer = loop {
+            let answer = post_keyed(&b, &body, &key).await;
+            match answer.status {
+                200 => break answer,
+                503 => {
+                    waits += 1;
+                    let wait = answer.retry_after.unwrap_or(1).min(2);
+                    tokio::time::sleep(Duration::from_secs(wait)).await;
+                }
+                other => panic!("{point}: replica B answered {other}: {}", answer.detail),
+            }
+            assert!(
+                retried.elapsed() < Duration::from_secs(90),
+                "{point}: replica B never acknowledged the retry"
+            );
+        };
+        assert_eq!(
+            answer.replayed,
+            *replays,
+            "{point}: B's answer was {}a replay",
+            if answer.replayed { "" } else { "not " }
+        );
+        acked.insert(format!("fk{n}-yes"), TICKS as i64);
+        eprintln!(
+            "A died {point}; B acknowledged the retry after {:.1} s ({waits} answers 503 while A's lease ran; {})",
+            retried.elapsed().as_secs_f64(),
+            if answer.replayed { "replayed A's committed batch" } else { "appended it" }
+        );
+    }
+
+    // The same keys with another body, on either replica: 409, nothing
+    // appended (the other body's token must never be counted).
+    let (_a, a) = replica("a-again", None);
+    wait_http(&format!("{a}/livez")).await;
+    for (n, (point, _)) in CRASH_POINTS.iter().enumerate() {
+        let key = format!("keyed-{point}");
+        let base = if n % 2 == 0 { &a } else { &b };
+        let other = post_keyed(base, &batch_lines("fx", n, TICKS), &key).await;
+        assert_eq!(
+            other.status, 409,
+            "{point}: another body under the key: {}",
+            other.detail
+        );
+        assert!(
+            other.detail.starts_with(&format!(
+                "Idempotency-Key {key} was used for a different body"
+            )),
+            "{}",
+            other.detail
+        );
+        // The first body on the other replica is a replay.
+        let again = post_keyed(base, &batch_lines("fk", n, TICKS), &key).await;
+        assert_eq!(
+            (again.status, again.replayed),
+            (200, true),
+            "{point}: {}",
+            again.detail
+        );
+    }
+
+    let counted = wait_all_counted(&cql, &ks.name, &acked, &sent).await;
+    let acknowledged: i64 = acked.values().sum();
+    eprintln!("acknowledged {acknowledged}, counted {counted}: none lost, none twice");
+    assert_equal_to_a_clean_rebuild(&topics, &cql, &ks, "fault_keyed_clean", &dir, started).await;
 }

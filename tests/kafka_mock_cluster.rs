@@ -28,7 +28,7 @@ fn cluster(partitions: i32) -> (MockCluster<'static, DefaultProducerContext>, Ka
         max_in_flight: 10_000,
     };
     // The mock cluster does not create topics through the admin API.
-    for topic in config.topics() {
+    for topic in config.topics().into_iter().chain([config.markers_topic()]) {
         mock.create_topic(&topic, partitions, 1).unwrap();
     }
     (mock, config)
@@ -132,10 +132,7 @@ async fn a_down_broker_fails_the_batch_and_nothing_is_acknowledged() {
     .unwrap();
     let batch = |key: &str| AppendBatch {
         events: events(1, 10),
-        idempotency: Some(Idempotency {
-            key: key.into(),
-            response: b"first".to_vec(),
-        }),
+        idempotency: Some(Idempotency::for_body(key, b"one body", b"first".to_vec())),
     };
     assert!(matches!(
         log.append(batch("a")).await,

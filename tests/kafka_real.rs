@@ -167,6 +167,11 @@ async fn kafka_init_keeps_events_forever_and_repairs_a_topic_that_would_delete_t
         assert_eq!(c["retention.bytes"], "-1", "{name}");
         assert_eq!(c["cleanup.policy"], "delete", "{name}");
     }
+    // The markers of keyed appends are no part of the log's truth: kept a
+    // week (a retry reads them up to 24 h later), never compacted.
+    let markers = topic_configs(&admin, &format!("{}.ingest-markers", topics.prefix)).await;
+    assert_eq!(markers["retention.ms"], "604800000");
+    assert_eq!(markers["cleanup.policy"], "delete");
 
     // An operator (or a topic made by hand) gives one topic the broker's
     // 7-day default and another compaction; `compression.type` is an

@@ -6,7 +6,7 @@
 //! | contract | embedded (`hindsight-sqlite`) | distributed |
 //! | --- | --- | --- |
 //! | [`EventLog`], [`LogConsumer`], [`ConsumerSource`] | `log.db` | Kafka (`hindsight-kafka`) |
-//! | [`IdempotencyStore`] | `log.db` (atomic with the append) | `idempotency.db` beside ingest |
+//! | [`IdempotencyStore`] | `log.db` (atomic with the append) | CQL (`idempotency_keys`, lightweight transactions); `idempotency.db` for one ingest process without CQL |
 //! | [`ProjectionStore`], [`ReadStore`] | `store.db` | CQL (`hindsight-scylla`) |
 //! | [`AuthStore`] | `store.db`, `limits.db` | CQL |
 //!
@@ -31,8 +31,8 @@ pub mod faults;
 pub use auth::{ApiKeyRecord, AuthStore, RateHits};
 pub use error::{Error, ErrorKind, Result};
 pub use log::{
-    AppendBatch, AppendOutcome, ConsumerSource, Delivered, EventLog, Idempotency, IdempotencyStore,
-    LogConsumer, Position,
+    AppendBatch, AppendOutcome, Claim, ConsumerSource, Delivered, EventLog, Hold, Idempotency,
+    IdempotencyStore, LogConsumer, Marker, Position,
 };
 pub use store::{
     Applied, BookPoint, CatalogCursor, MetricsPoint, PricePoint, ProjectionStore, ProjectionWrite,

@@ -31,20 +31,48 @@ pub struct AppendBatch {
     pub idempotency: Option<Idempotency>,
 }
 
-#[derive(Debug, Clone)]
+/// What makes a batch safe to retry: the key the client chose, the digest
+/// of the body it sent, and what ingest answers for it.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Idempotency {
     pub key: String,
+    /// SHA-256 of the batch's body (ingest: the request body after its
+    /// `Content-Encoding` is undone; backfill: the chunk's lines). A retry
+    /// carries the same digest; another batch under the same key does not,
+    /// and gets [`AppendOutcome::Conflict`] instead of a silent replay.
+    pub body_sha256: [u8; 32],
     /// What ingest answered for the first append; returned on retries.
     pub response: Vec<u8>,
+}
+
+impl Idempotency {
+    /// `key` for a batch whose body is `body`.
+    pub fn for_body(key: impl Into<String>, body: &[u8], response: Vec<u8>) -> Self {
+        use sha2::{Digest, Sha256};
+        Idempotency {
+            key: key.into(),
+            body_sha256: Sha256::digest(body).into(),
+            response,
+        }
+    }
 }
 
 #[derive(Debug, PartialEq)]
 pub enum AppendOutcome {
     /// Durably appended.
     Appended { count: usize },
-    /// The idempotency key was seen before: nothing appended; here is the
-    /// response of the first append.
+    /// The idempotency key was seen before with the same body: nothing
+    /// appended; here is the response of the first append.
     Duplicate { response: Vec<u8> },
+    /// The idempotency key was used within the last 24 h for a batch with
+    /// another body: nothing of this batch appended (ingest answers 409).
+    Conflict,
+    /// Another request is appending under the same key right now (in this
+    /// process or another): nothing appended by this call. Retry after
+    /// `retry_after`, when that request has finished or its lease ran out
+    /// (ingest answers 503 with `Retry-After`). Only logs that keep their
+    /// keys in an [`IdempotencyStore`] answer it.
+    Busy { retry_after: Duration },
 }
 
 /// The write side of the log.
@@ -60,12 +88,18 @@ pub enum AppendOutcome {
 ///   appended. Nothing orders a market's ticks against its snapshots: the
 ///   Kafka log keeps one topic per stream, and every read-table row is fed
 ///   by one stream only.
-/// - **Dense positions**: within a partition, consecutive events have
-///   consecutive offsets (the projector's lag and replay checks count on
-///   it).
+/// - **Increasing positions**: within a partition, each event has a greater
+///   offset than the one before (the projector's replay check counts on
+///   it). Batches appended without an idempotency key get consecutive
+///   offsets; Kafka leaves a gap after a keyed batch (its transaction's
+///   commit marker, and the records of an aborted attempt, which no consumer
+///   delivers).
 /// - **At most once per idempotency key**: a batch appended under a key seen
-///   in the last 24 h is not appended again; `AppendOutcome::Duplicate`
-///   carries the first append's response.
+///   in the last 24 h is not appended again. With the same body digest the
+///   outcome is `Duplicate`, carrying the first append's response; with
+///   another digest it is `Conflict`. Whichever process takes a retry, and
+///   whenever the first attempt died, an acknowledged batch is in the log
+///   exactly once.
 /// - Failures that may pass are `ErrorKind::Unavailable`.
 #[async_trait]
 pub trait EventLog: Send + Sync {
@@ -75,15 +109,107 @@ pub trait EventLog: Send + Sync {
     async fn ready(&self) -> Result<()>;
 }
 
+/// One attempt's hold on an idempotency key, as [`IdempotencyStore::claim`]
+/// granted it; what `committing`, `done` and `release` need.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Hold {
+    pub key: String,
+    /// The attempt's owner id (random, one per attempt): a takeover gives
+    /// the key another owner, and the previous owner's calls stop applying.
+    pub owner: u128,
+    /// When the key is forgotten (its first claim plus 24 h), in ms since
+    /// the Unix epoch: later writes expire with the first.
+    pub expires_at: i64,
+}
+
+/// Where an attempt at a keyed batch left its mark in the log, recorded at
+/// `committing`: the position of its marker record, which a committed read
+/// returns once the attempt's batch is visible, and the log's id of the
+/// writer that appended it, which a later attempt fences before reading the
+/// marker (Kafka: the producer's `transactional.id`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Marker {
+    pub position: Position,
+    pub writer: String,
+}
+
+/// What [`IdempotencyStore::claim`] answered.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Claim {
+    /// This attempt holds the key: no attempt before it reached
+    /// `committing`, and any earlier holder's lease ran out. Append.
+    Owned(Hold),
+    /// This attempt took the key over from one whose lease ran out after it
+    /// marked `committing` with `marker`: whether that attempt's batch is in
+    /// the log is the log's to say (once its writer is fenced, the marker
+    /// record is visible to committed reads or it never will be). If it is,
+    /// the answer is `response`.
+    TakenOver {
+        hold: Hold,
+        marker: Marker,
+        response: Vec<u8>,
+    },
+    /// The key's batch is in the log: replay its first response.
+    Done { response: Vec<u8> },
+    /// The key was claimed within 24 h for another body digest.
+    Conflict,
+    /// Another attempt holds the key and its lease runs for `retry_after`.
+    Busy { retry_after: Duration },
+}
+
 /// Idempotency keys for a log that cannot record them atomically with an
-/// append (Kafka): what ingest answered for each key, for 24 h.
+/// append (Kafka): a claim on each key, shared by every ingest process, so
+/// that a retry reaching any of them neither appends twice nor loses the
+/// batch. The log appends a keyed batch as `claim` → append (not yet
+/// visible) → `committing(marker)` → make visible → `done`; see
+/// `docs/design/idempotency.md`.
 ///
-/// Contract: `seen` returns the response recorded by `record` for the same
-/// key within the last 24 h, from any process sharing the store.
+/// Contract:
+/// - **Linearizable claims**: of any claims of one key, by any processes
+///   sharing the store, at most one attempt holds the key at a time;
+///   concurrent claims of a free key grant exactly one `Owned`.
+/// - **The body decides**: a key is remembered for 24 h from its first
+///   claim; within them a claim with another digest is `Conflict` whatever
+///   the key's state, and nothing changes.
+/// - **States**: claimed (pending) → `committing` (with the attempt's
+///   [`Marker`]) → `done`. A claim with the same digest answers
+///   `Done` (with the first claim's response) once done; `Busy` while the
+///   holder's lease runs; after the lease, takes the key over: `Owned` if
+///   the holder had not reached `committing`, else `TakenOver` with its
+///   marker.
+/// - **Only the holder moves the key**: `committing`, `done` and `release`
+///   apply only while `hold.owner` holds the key, and say whether they
+///   did; after a takeover the previous holder's calls change nothing.
+/// - `release` ends the holder's lease at once (after a failed attempt),
+///   keeping the state: the next claim takes over without waiting.
+/// - Failures that may pass are `ErrorKind::Unavailable`; a claim whose
+///   answer was lost leaves a hold whose lease runs out.
 #[async_trait]
 pub trait IdempotencyStore: Send + Sync {
-    async fn seen(&self, key: &str) -> Result<Option<Vec<u8>>>;
-    async fn record(&self, key: &str, response: Vec<u8>) -> Result<()>;
+    /// Claims `key` for the attempt `owner` (random, never reused) with this
+    /// body digest, storing `response` as the answer to replay if the key
+    /// is new; the attempt's lease is `lease` from now. A claim repeated by
+    /// the same owner (a lost answer retried) is granted again.
+    async fn claim(
+        &self,
+        key: &str,
+        body_sha256: &[u8; 32],
+        owner: u128,
+        response: &[u8],
+        lease: Duration,
+    ) -> Result<Claim>;
+
+    /// Records that the holder's batch is in the log, not yet visible, with
+    /// its `marker`. False when `hold` no longer holds the key.
+    async fn committing(&self, hold: &Hold, marker: &Marker) -> Result<bool>;
+
+    /// Records that the holder's batch is visible in the log. False when
+    /// `hold` no longer holds the key.
+    async fn done(&self, hold: &Hold) -> Result<bool>;
+
+    /// Ends the holder's lease now (its attempt failed); no-op when `hold`
+    /// no longer holds the key.
+    async fn release(&self, hold: &Hold) -> Result<()>;
 }
 
 /// The read side of the log: one projector's view of its partitions.

@@ -189,23 +189,38 @@ pub async fn backfill_file(
         let n = validated.events.len() as u64;
         if n > 0 {
             let counts = batch::kind_counts(&validated.events);
-            let append = AppendBatch {
-                events: validated.events,
-                idempotency: Some(Idempotency {
-                    key: format!("backfill:{identity}:{chunk_no}"),
-                    response: n.to_string().into_bytes(),
-                }),
-            };
-            match log
-                .append(append)
-                .await
-                .map_err(|e| format!("event log: {e}"))?
-            {
-                AppendOutcome::Appended { .. } => {
-                    batch::count_accepted(counts);
-                    report.accepted += n;
+            let key = format!("backfill:{identity}:{chunk_no}");
+            let idempotency = Idempotency::for_body(&key, &chunk, n.to_string().into_bytes());
+            let events = validated.events;
+            loop {
+                let append = AppendBatch {
+                    events: events.clone(),
+                    idempotency: Some(idempotency.clone()),
+                };
+                match log
+                    .append(append)
+                    .await
+                    .map_err(|e| format!("event log: {e}"))?
+                {
+                    AppendOutcome::Appended { .. } => {
+                        batch::count_accepted(counts);
+                        report.accepted += n;
+                    }
+                    AppendOutcome::Duplicate { .. } => report.already_appended += n,
+                    AppendOutcome::Conflict => {
+                        return Err(format!(
+                            "{}: lines {first_line}.. were appended before with other content under the same key ({key}); nothing of them was appended again",
+                            path.display()
+                        ))
+                    }
+                    // Another backfill of this file holds the chunk (or
+                    // one that died does, until its lease runs out).
+                    AppendOutcome::Busy { retry_after } => {
+                        tokio::time::sleep(retry_after).await;
+                        continue;
+                    }
                 }
-                AppendOutcome::Duplicate { .. } => report.already_appended += n,
+                break;
             }
             progress.events += n;
         }

@@ -3,7 +3,10 @@
 //! Every line is validated; the valid ones are appended to the log and the
 //! response — accepted count and each rejected line with its number and
 //! reason — is sent only after the log durably holds them. A retry carrying
-//! the same `Idempotency-Key` gets the first response and appends nothing.
+//! the same `Idempotency-Key` and the same body gets the first response and
+//! appends nothing; the key with another body (within 24 h) is 409, and
+//! while another request is appending under the key, 503 with
+//! `Retry-After` (retry the same body later).
 //!
 //! Every answer, whoever produced it (a handler, axum's method router, the
 //! body limit), is JSON with a `detail` on error: see `hindsight_http`.
@@ -103,6 +106,11 @@ enum IngestError {
     /// A `Content-Encoding` other than `gzip` or `identity`.
     UnsupportedEncoding(String),
     BadIdempotencyKey,
+    /// The key was used for another body within 24 h: nothing appended.
+    KeyReused(String),
+    /// Another request is appending under the key: nothing appended by this
+    /// one; retry after the given seconds.
+    KeyBusy(String, u64),
     /// The log could not durably accept the batch: nothing was acknowledged.
     LogUnavailable,
 }
@@ -125,6 +133,14 @@ impl IntoResponse for IngestError {
             IngestError::BadIdempotencyKey => {
                 (StatusCode::BAD_REQUEST, "Idempotency-Key must be 1..200 visible ASCII characters".to_string())
             }
+            IngestError::KeyReused(key) => (
+                StatusCode::CONFLICT,
+                format!("Idempotency-Key {key} was used for a different body in the last 24 h; nothing from this batch was appended (send a new key for a new batch)"),
+            ),
+            IngestError::KeyBusy(key, secs) => (
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("Idempotency-Key {key} is being appended by another request; nothing from this one was appended, retry it after {secs} s"),
+            ),
             IngestError::LogUnavailable => (
                 StatusCode::SERVICE_UNAVAILABLE,
                 "event log unavailable; nothing from this batch was acknowledged, retry it".to_string(),
@@ -133,10 +149,15 @@ impl IntoResponse for IngestError {
         metrics::counter!(tm::INGEST_RESPONSES, "status" => status.as_str().to_string())
             .increment(1);
         let mut response = (status, Json(serde_json::json!({ "detail": detail }))).into_response();
-        if matches!(self, IngestError::LogUnavailable) {
+        let retry_after = match self {
+            IngestError::LogUnavailable => Some(1),
+            IngestError::KeyBusy(_, secs) => Some(secs),
+            _ => None,
+        };
+        if let Some(secs) = retry_after {
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         response
     }
@@ -194,18 +215,23 @@ async fn ingest_events(
     if response.accepted > 0 {
         let counts = batch::kind_counts(&validated.events);
         let append = AppendBatch {
-            idempotency: idempotency_key.map(|key| Idempotency {
-                key,
-                response: response_bytes.clone(),
-            }),
+            idempotency: idempotency_key
+                .clone()
+                .map(|key| Idempotency::for_body(key, &body, response_bytes.clone())),
             events: validated.events,
         };
+        let key = || idempotency_key.clone().unwrap_or_default();
         match state.log.append(append).await {
             Ok(AppendOutcome::Appended { .. }) => batch::count_accepted(counts),
             Ok(AppendOutcome::Duplicate { response }) => {
                 metrics::counter!(tm::INGEST_IDEMPOTENT_REPLAYS).increment(1);
                 replayed = true;
                 return Ok(json_response(StatusCode::OK, response, replayed));
+            }
+            Ok(AppendOutcome::Conflict) => return Err(IngestError::KeyReused(key())),
+            Ok(AppendOutcome::Busy { retry_after }) => {
+                let secs = retry_after.as_secs_f64().ceil().max(1.0) as u64;
+                return Err(IngestError::KeyBusy(key(), secs));
             }
             Err(e) => {
                 tracing::error!(error = %e, "event log append failed");

@@ -16,6 +16,11 @@
 //! the partition's next owner), and [`LogConsumer::assignment_changed`] is
 //! true before any record of a new assignment is returned, so the projector
 //! drops its cached rows first.
+//!
+//! Consumers read committed records only (`isolation.level=read_committed`):
+//! keyed batches are Kafka transactions, and the records of an aborted
+//! attempt are never delivered. The marker topic of keyed appends is not
+//! subscribed.
 
 use crate::topics::{partition_id, split_partition_id, KafkaConfig};
 use async_trait::async_trait;
@@ -142,6 +147,11 @@ impl KafkaConsumer {
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
+            // librdkafka's default, set explicitly because exactly-once
+            // depends on it: a keyed batch is a transaction, and an attempt
+            // that died or was fenced is aborted; only committed records
+            // may be projected.
+            .set("isolation.level", "read_committed")
             .set("session.timeout.ms", "10000")
             .set("heartbeat.interval.ms", "1000")
             .create_with_context(GroupContext {

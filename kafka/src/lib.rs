@@ -4,6 +4,9 @@
 //! - [`producer`]: [`KafkaLog`], the ingest side: idempotent, `acks=all`,
 //!   acknowledged only once every record of a batch is confirmed, with a
 //!   bounded in-flight budget (503 rather than unbounded memory).
+//! - [`keyed`]: batches with an idempotency key, as Kafka transactions under
+//!   a claim on the key, exactly once across ingest replicas; [`markers`]:
+//!   their marker records.
 //! - [`consumer`]: [`KafkaConsumer`], the projector side: a consumer group
 //!   whose offsets are committed only after the buckets are durable.
 //!
@@ -12,6 +15,8 @@
 //! offset check relies on for replay safety without transactions.
 
 pub mod consumer;
+pub mod keyed;
+pub mod markers;
 pub mod producer;
 pub mod topics;
 

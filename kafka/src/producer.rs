@@ -1,20 +1,28 @@
 //! The ingest side: [`KafkaLog`] appends batches to the topics.
 //!
 //! A batch is acknowledged only after the broker confirmed every record
-//! (idempotent producer, `acks=all`). Events in flight are bounded: when the
-//! broker is slow or down the budget runs out and appends fail fast (ingest
-//! answers 503 with `Retry-After`) instead of queueing without bound; records
-//! the broker never confirms fail after the delivery timeout, and their batch
-//! is not acknowledged.
+//! (`acks=all`). Events in flight are bounded: when the broker is slow or
+//! down the budget runs out and appends fail fast (ingest answers 503 with
+//! `Retry-After`) instead of queueing without bound; records the broker
+//! never confirms fail after the delivery timeout, and their batch is not
+//! acknowledged.
+//!
+//! A batch without an idempotency key goes through one long-lived
+//! idempotent producer (the fast path). A batch with a key is a Kafka
+//! transaction under a claim on the key: see [`crate::keyed`].
 
+use crate::keyed::TxnPool;
+use crate::markers::MarkerRecord;
 use crate::topics::KafkaConfig;
 use async_trait::async_trait;
-use hindsight_contracts::{AppendBatch, AppendOutcome, Error, EventLog, IdempotencyStore, Result};
-use hindsight_schemas::codec;
+use hindsight_contracts::{
+    AppendBatch, AppendOutcome, Error, EventLog, IdempotencyStore, Position, Result,
+};
+use hindsight_schemas::{codec, Event};
 use hindsight_telemetry as tm;
+use rdkafka::config::ClientConfig;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
@@ -25,17 +33,19 @@ pub struct KafkaLog {
     /// Replaced after a failed batch: a long-lived idempotent producer was
     /// seen never to recover from a broker restart, while a new one does.
     producer: RwLock<(Arc<FutureProducer>, Instant)>,
-    delivery_timeout: Duration,
-    config: KafkaConfig,
+    pub(crate) delivery_timeout: Duration,
+    pub(crate) config: KafkaConfig,
     budget: Arc<Semaphore>,
-    idempotency: Option<Arc<dyn IdempotencyStore>>,
-    /// Idempotency keys of batches being appended right now.
-    appending: Mutex<HashSet<String>>,
+    /// Claims of idempotency keys; keyed batches are refused without one.
+    pub(crate) idempotency: Option<Arc<dyn IdempotencyStore>>,
+    /// The transactional producers of keyed batches.
+    pub(crate) txns: TxnPool,
 }
 
 impl KafkaLog {
     /// `delivery_timeout`: how long the producer retries a record before the
-    /// batch fails.
+    /// batch fails. `idempotency`: where keyed batches claim their key
+    /// (required for keyed batches; shared by every ingest replica).
     pub fn new(
         config: KafkaConfig,
         idempotency: Option<Arc<dyn IdempotencyStore>>,
@@ -49,17 +59,21 @@ impl KafkaLog {
         Ok(KafkaLog {
             producer,
             delivery_timeout,
+            txns: TxnPool::new(&config.topic_prefix)?,
             config,
             budget,
             idempotency,
-            appending: Mutex::new(HashSet::new()),
         })
     }
 
-    fn producer(config: &KafkaConfig, delivery_timeout: Duration) -> Result<FutureProducer> {
-        config
-            .client()
-            .set("enable.idempotence", "true")
+    /// Settings every producer of ingest shares: `acks=all`, idempotence,
+    /// lz4, the delivery timeout and room for the in-flight budget.
+    pub(crate) fn producer_settings(
+        config: &KafkaConfig,
+        delivery_timeout: Duration,
+    ) -> ClientConfig {
+        let mut c = config.client();
+        c.set("enable.idempotence", "true")
             .set("acks", "all")
             .set("compression.type", "lz4")
             .set("linger.ms", "5")
@@ -71,7 +85,12 @@ impl KafkaLog {
             .set(
                 "queue.buffering.max.messages",
                 (config.max_in_flight + 1000).to_string(),
-            )
+            );
+        c
+    }
+
+    fn producer(config: &KafkaConfig, delivery_timeout: Duration) -> Result<FutureProducer> {
+        Self::producer_settings(config, delivery_timeout)
             .create()
             .map_err(|e| Error::unavailable("kafka", format!("producer: {e}")))
     }
@@ -98,8 +117,16 @@ impl KafkaLog {
         let _ = producer.flush(timeout);
     }
 
-    async fn produce(&self, batch: &AppendBatch) -> Result<()> {
-        let n = batch.events.len().min(self.config.max_in_flight) as u32;
+    /// Sends `events`, then `marker` if given, on `producer` within the
+    /// in-flight budget, and waits until the broker confirmed every record.
+    /// Returns where the marker landed.
+    pub(crate) async fn send(
+        &self,
+        producer: &FutureProducer,
+        events: &[Event],
+        marker: Option<&MarkerRecord>,
+    ) -> Result<Option<Position>> {
+        let n = events.len().min(self.config.max_in_flight) as u32;
         let permits = match tokio::time::timeout(
             BUDGET_WAIT,
             self.budget.clone().acquire_many_owned(n),
@@ -116,12 +143,11 @@ impl KafkaLog {
             }
         };
         metrics::gauge!(tm::INGEST_IN_FLIGHT).increment(n as f64);
-        let producer = self.producer.read().unwrap().0.clone();
         let started = Instant::now();
-        let mut deliveries = Vec::with_capacity(batch.events.len());
+        let mut deliveries = Vec::with_capacity(events.len());
         let mut buf = Vec::with_capacity(128);
         let mut failure = None;
-        for event in &batch.events {
+        for event in events {
             buf.clear();
             codec::encode_into(event, &mut buf);
             let topic = self.config.topic(KafkaConfig::kind_index(event.kind()));
@@ -134,9 +160,28 @@ impl KafkaLog {
                 }
             }
         }
-        for delivery in deliveries {
+        let mut marker_delivery = None;
+        if let (None, Some(marker)) = (&failure, marker) {
+            let topic = self.config.markers_topic();
+            let payload = marker.payload();
+            let record = FutureRecord::to(&topic).key(&marker.key).payload(&payload);
+            match producer.send_result(record) {
+                Ok(delivery) => marker_delivery = Some(delivery),
+                Err((e, _)) => failure = Some(format!("enqueue the marker: {e}")),
+            }
+        }
+        let mut marker_at = None;
+        let last = deliveries.len();
+        for (i, delivery) in deliveries.into_iter().chain(marker_delivery).enumerate() {
             match delivery.await {
-                Ok(Ok(_)) => {}
+                Ok(Ok(d)) => {
+                    if i == last {
+                        marker_at = Some(Position {
+                            partition: d.partition as u32,
+                            offset: d.offset as u64,
+                        });
+                    }
+                }
                 Ok(Err((e, _))) => {
                     metrics::counter!(tm::KAFKA_DELIVERY_ERRORS, "reason" => "not_confirmed")
                         .increment(1);
@@ -153,12 +198,20 @@ impl KafkaLog {
         drop(permits);
         metrics::histogram!(tm::LOG_APPEND_SECONDS).record(started.elapsed().as_secs_f64());
         match failure {
-            None => Ok(()),
-            Some(reason) => {
-                self.renew_producer(&producer);
-                Err(Error::unavailable("kafka", reason))
-            }
+            None => Ok(marker_at),
+            Some(reason) => Err(Error::unavailable("kafka", reason)),
         }
+    }
+
+    /// The fast path of a batch without a key: the shared idempotent
+    /// producer, renewed after a failure.
+    async fn produce(&self, events: &[Event]) -> Result<()> {
+        let producer = self.producer.read().unwrap().0.clone();
+        let sent = self.send(&producer, events, None).await;
+        if sent.is_err() {
+            self.renew_producer(&producer);
+        }
+        sent.map(|_| ())
     }
 }
 
@@ -166,55 +219,36 @@ impl KafkaLog {
 impl EventLog for KafkaLog {
     async fn ready(&self) -> Result<()> {
         let config = self.config.clone();
-        tokio::task::spawn_blocking(move || crate::topics::verify(&config, Duration::from_secs(2)))
-            .await
-            .map_err(|e| Error::backend("kafka", e.to_string()))?
+        let keyed = self.idempotency.is_some();
+        tokio::task::spawn_blocking(move || {
+            crate::topics::verify(&config, Duration::from_secs(2))?;
+            if keyed {
+                crate::topics::verify_markers(&config, Duration::from_secs(2))?;
+            }
+            Ok(())
+        })
+        .await
+        .map_err(|e| Error::backend("kafka", e.to_string()))?
     }
 
     async fn append(&self, batch: AppendBatch) -> Result<AppendOutcome> {
-        let (Some(idem), Some(store)) = (&batch.idempotency, &self.idempotency) else {
-            self.produce(&batch).await?;
-            return Ok(AppendOutcome::Appended {
-                count: batch.events.len(),
-            });
-        };
-        if let Some(response) = store.seen(&idem.key).await? {
-            return Ok(AppendOutcome::Duplicate { response });
-        }
-        // Two concurrent retries of one batch: the second waits its turn
-        // rather than appending the same events again. The guard releases
-        // the key on every path out, errors included.
-        let _claim = Appending::claim(&self.appending, &idem.key).ok_or_else(|| {
-            Error::unavailable(
+        match (&batch.idempotency, &self.idempotency) {
+            (None, _) => {
+                self.produce(&batch.events).await?;
+                Ok(AppendOutcome::Appended {
+                    count: batch.events.len(),
+                })
+            }
+            (Some(idem), Some(store)) => {
+                self.append_keyed(store.as_ref(), &batch.events, idem).await
+            }
+            (Some(idem), None) => Err(Error::backend(
                 "kafka",
-                "the same Idempotency-Key is being appended right now",
-            )
-        })?;
-        self.produce(&batch).await?;
-        store.record(&idem.key, idem.response.clone()).await?;
-        Ok(AppendOutcome::Appended {
-            count: batch.events.len(),
-        })
-    }
-}
-
-/// An idempotency key being appended by this process, released on drop.
-struct Appending<'a> {
-    set: &'a Mutex<HashSet<String>>,
-    key: &'a str,
-}
-
-impl<'a> Appending<'a> {
-    fn claim(set: &'a Mutex<HashSet<String>>, key: &'a str) -> Option<Self> {
-        set.lock()
-            .unwrap()
-            .insert(key.to_string())
-            .then_some(Appending { set, key })
-    }
-}
-
-impl Drop for Appending<'_> {
-    fn drop(&mut self) {
-        self.set.lock().unwrap().remove(self.key);
+                format!(
+                    "batch under Idempotency-Key {} but this log has no idempotency store",
+                    idem.key
+                ),
+            )),
+        }
     }
 }

@@ -8,6 +8,12 @@
 //! topics with these settings and fixes existing ones, and `verify` — run
 //! by every service at start and by ingest's readiness — refuses a topic
 //! that would lose events.
+//!
+//! One more topic, `{prefix}.ingest-markers`, holds a marker record per
+//! attempt to append a keyed batch (see `keyed`): it is no part of the
+//! source of truth, so it deletes records after [`MARKERS_RETENTION_MS`],
+//! well past the 24 h a key is remembered. Projectors never read it;
+//! `init` creates it and ingest refuses to start without it.
 
 use hindsight_contracts::{Error, Result};
 use hindsight_schemas::EventKind;
@@ -32,6 +38,17 @@ pub const KEEP_FOREVER: [(&str, &str); 3] = [
     ("retention.bytes", "-1"),
     ("cleanup.policy", "delete"),
 ];
+
+/// Suffix of the marker topic: `{prefix}.ingest-markers`.
+pub const MARKERS: &str = "ingest-markers";
+
+/// How long marker records are kept: 7 days. A dead attempt's marker is read
+/// when a retry of its key arrives, at most 24 h after the key's first claim.
+pub const MARKERS_RETENTION_MS: i64 = 7 * 24 * 3600 * 1000;
+
+/// The shortest marker retention `verify_markers` accepts: the 24 h a key is
+/// remembered, and an hour of margin.
+const MARKERS_MIN_RETENTION_MS: i64 = 25 * 3600 * 1000;
 
 /// How to reach Kafka and lay out the topics.
 #[derive(Debug, Clone)]
@@ -58,8 +75,14 @@ impl KafkaConfig {
         format!("{}.{}", self.topic_prefix, KINDS[kind])
     }
 
+    /// The event topics (the source of truth; what projectors read).
     pub fn topics(&self) -> Vec<String> {
         (0..KINDS.len()).map(|k| self.topic(k)).collect()
+    }
+
+    /// The topic of keyed appends' marker records (never projected).
+    pub fn markers_topic(&self) -> String {
+        format!("{}.{MARKERS}", self.topic_prefix)
     }
 
     /// The topic (index) an event kind goes to.
@@ -98,34 +121,51 @@ fn fail(e: impl std::fmt::Display) -> Error {
     Error::unavailable("kafka", e.to_string())
 }
 
-/// Creates the topics with [`KEEP_FOREVER`] settings; for topics that
-/// already exist, checks the partition count and sets [`KEEP_FOREVER`]
-/// where the topic would delete events. Returns one report line per topic.
+/// Creates the event topics with [`KEEP_FOREVER`] settings and the marker
+/// topic with [`MARKERS_RETENTION_MS`]; for event topics that already
+/// exist, checks the partition count and sets [`KEEP_FOREVER`] where the
+/// topic would delete events. Returns one report line per topic.
 pub async fn init(config: &KafkaConfig) -> Result<Vec<String>> {
     let admin = admin(config)?;
     let names = config.topics();
-    let new: Vec<NewTopic> = names
+    let markers = config.markers_topic();
+    let markers_retention = MARKERS_RETENTION_MS.to_string();
+    let new_topic = |name| {
+        NewTopic::new(
+            name,
+            config.partitions,
+            TopicReplication::Fixed(config.replication),
+        )
+    };
+    let mut new: Vec<NewTopic> = names
         .iter()
         .map(|n| {
-            KEEP_FOREVER.iter().fold(
-                NewTopic::new(
-                    n,
-                    config.partitions,
-                    TopicReplication::Fixed(config.replication),
-                ),
-                |t, (k, v)| t.set(k, v),
-            )
+            KEEP_FOREVER
+                .iter()
+                .fold(new_topic(n), |t, (k, v)| t.set(k, v))
         })
         .collect();
+    new.push(
+        new_topic(&markers)
+            .set("retention.ms", &markers_retention)
+            .set("cleanup.policy", "delete"),
+    );
     let opts = AdminOptions::new().operation_timeout(Some(Duration::from_secs(30)));
     let results = admin.create_topics(&new, &opts).await.map_err(fail)?;
     let mut report = Vec::new();
     for r in results {
         match r {
+            Ok(name) if name == markers => report.push(format!(
+                "created {name} ({} partitions, replication {}, markers of keyed appends, kept 7 days)",
+                config.partitions, config.replication
+            )),
             Ok(name) => report.push(format!(
                 "created {name} ({} partitions, replication {}, retention forever)",
                 config.partitions, config.replication
             )),
+            Err((name, RDKafkaErrorCode::TopicAlreadyExists)) if name == markers => {
+                report.push(format!("exists {name} (markers of keyed appends)"));
+            }
             Err((name, RDKafkaErrorCode::TopicAlreadyExists)) => {
                 let described = describe(&admin, &name, Duration::from_secs(30)).await?;
                 let wrong = losing_settings(&described);
@@ -145,19 +185,21 @@ pub async fn init(config: &KafkaConfig) -> Result<Vec<String>> {
     }
     // A topic just created reaches every broker's metadata a moment later.
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while missing_topic(config, Duration::from_secs(10))?.is_some()
+    let all: Vec<String> = names.iter().cloned().chain([markers]).collect();
+    while missing_topic(config, &all, Duration::from_secs(10))?.is_some()
         && std::time::Instant::now() < deadline
     {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     verify(config, Duration::from_secs(30))?;
+    verify_markers(config, Duration::from_secs(30))?;
     Ok(report)
 }
 
 /// Fails clearly when a topic is missing (brokers need not auto-create) or
 /// would delete events (finite retention, compaction).
 pub fn verify(config: &KafkaConfig, timeout: Duration) -> Result<()> {
-    if let Some(name) = missing_topic(config, timeout)? {
+    if let Some(name) = missing_topic(config, &config.topics(), timeout)? {
         return Err(fail(format!(
             "topic {name} does not exist: run `hindsight kafka init`"
         )));
@@ -183,16 +225,51 @@ pub fn verify(config: &KafkaConfig, timeout: Duration) -> Result<()> {
     Ok(())
 }
 
-/// The first of the topics the broker's metadata does not list.
-fn missing_topic(config: &KafkaConfig, timeout: Duration) -> Result<Option<String>> {
+/// What appending keyed batches needs beyond [`verify`]: the marker topic,
+/// keeping records at least a day and an hour, never compacted (a marker is
+/// found by its offset).
+pub fn verify_markers(config: &KafkaConfig, timeout: Duration) -> Result<()> {
+    let name = config.markers_topic();
+    if missing_topic(config, std::slice::from_ref(&name), timeout)?.is_some() {
+        return Err(fail(format!(
+            "topic {name} (markers of keyed appends) does not exist: run `hindsight kafka init`"
+        )));
+    }
+    let described = block_on(describe(&admin(config)?, &name, timeout))?;
+    let value = |key: &str| described.get(key).and_then(|e| e.value.clone());
+    let retention = value("retention.ms").and_then(|v| v.trim().parse::<i64>().ok());
+    let keeps = retention.is_some_and(|ms| !(0..MARKERS_MIN_RETENTION_MS).contains(&ms));
+    let deletes =
+        value("cleanup.policy").is_some_and(|p| p.split(',').all(|p| p.trim() == "delete"));
+    if keeps && deletes {
+        Ok(())
+    } else {
+        Err(Error::backend(
+            "kafka",
+            format!(
+                "topic {name} must keep markers at least 25 h (retention.ms {}) without compaction \
+                 (cleanup.policy {}): a retry up to 24 h later reads them",
+                retention.map_or("unset".into(), |r| r.to_string()),
+                value("cleanup.policy").unwrap_or_else(|| "unset".into())
+            ),
+        ))
+    }
+}
+
+/// The first of `names` the broker's metadata does not list.
+fn missing_topic(
+    config: &KafkaConfig,
+    names: &[String],
+    timeout: Duration,
+) -> Result<Option<String>> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
     let probe: BaseConsumer = config.client().create().map_err(fail)?;
-    for name in config.topics() {
-        let meta = probe.fetch_metadata(Some(&name), timeout).map_err(fail)?;
+    for name in names {
+        let meta = probe.fetch_metadata(Some(name), timeout).map_err(fail)?;
         let topic = meta.topics().iter().find(|t| t.name() == name);
         match topic {
             Some(t) if t.error().is_none() && !t.partitions().is_empty() => {}
-            _ => return Ok(Some(name)),
+            _ => return Ok(Some(name.clone())),
         }
     }
     Ok(None)

@@ -106,14 +106,16 @@ async fn feed(log: &dyn EventLog, events: &[Event]) -> usize {
     for (i, chunk) in events.chunks(BATCH).enumerate() {
         let batch = || AppendBatch {
             events: chunk.to_vec(),
-            idempotency: Some(Idempotency {
-                key: format!("batch-{i}"),
-                response: b"ok".to_vec(),
-            }),
+            idempotency: Some(Idempotency::for_body(
+                format!("batch-{i}"),
+                format!("{chunk:?}").as_bytes(),
+                b"ok".to_vec(),
+            )),
         };
         loop {
             match log.append(batch()).await {
                 Ok(AppendOutcome::Appended { .. } | AppendOutcome::Duplicate { .. }) => break,
+                Ok(other) => panic!("batch {i} retried with its own body: {other:?}"),
                 Err(_) => failures += 1,
             }
         }

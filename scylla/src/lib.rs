@@ -5,6 +5,8 @@
 //! - [`schema`]: the CQL schema (`schemas/cql/hindsight.cql`) and `migrate`.
 //! - [`statements`]: every statement the backend prepares, as data.
 //! - [`store`]: [`ScyllaStore`], implementing the read-store interfaces.
+//! - [`idempotency`]: the same store as ingest's `IdempotencyStore` in Kafka
+//!   mode (`idempotency_keys`, lightweight transactions).
 //!
 //! Verified against Apache Cassandra 5.0 (one node, `scripts/engines.sh`):
 //! `migrate` creates the schema and is a no-op the second time; every
@@ -22,14 +24,18 @@
 //!   rows, each within one partition. Cassandra exempts single-partition
 //!   batches from `batch_size_fail_threshold` (50 KiB by default); ScyllaDB
 //!   has the same thresholds and is expected to, but that is untested.
-//! - Lightweight transactions: none are used (catalog versions are compared
-//!   by the single projector owning a log partition), so the shape of the
-//!   `[applied]` result rows, which differs between the two, never matters.
+//! - Lightweight transactions: only ingest's idempotency keys use them
+//!   (catalog versions are compared by the single projector owning a log
+//!   partition). Cassandra answers a failed condition with `[applied]` and
+//!   the checked columns, ScyllaDB always with the row; [`idempotency`]
+//!   reads columns by name, so either shape works, but only Cassandra's is
+//!   tested.
 //! - Timeouts: per-request timeouts are the driver's (`request_timeout`);
 //!   ScyllaDB's `USING TIMEOUT` is not used, Cassandra would refuse it.
 //! - Shard-aware routing is ScyllaDB's; on Cassandra the driver routes by
 //!   token only. Performance figures from Cassandra say nothing of ScyllaDB.
 
+pub mod idempotency;
 pub mod schema;
 pub mod statements;
 pub mod store;

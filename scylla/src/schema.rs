@@ -11,7 +11,11 @@
 /// drop it by hand. And `catalog_consumed` (created empty: the catalog
 /// records of a version 2 keyspace are decided already, and replays start
 /// after them).
-pub const SCHEMA_VERSION: i32 = 3;
+/// Version 4: `idempotency_keys`, ingest's idempotency keys in Kafka mode
+/// (created empty; keys of `idempotency.db` files are not carried over:
+/// migrate while no batch is being retried, or accept that a retry within
+/// 24 h of the switch may be appended again).
+pub const SCHEMA_VERSION: i32 = 4;
 
 const CQL: &str = include_str!("../../schemas/cql/hindsight.cql");
 

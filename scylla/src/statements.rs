@@ -224,7 +224,41 @@ pub fn all(ks: &str) -> Vec<Stmt> {
         format!("DELETE FROM {ks}.rate_hits WHERE key_id = ? AND at = ? AND id = ?"),
         &["text", "timestamp", "bigint"],
     ));
+    // Idempotency keys: lightweight transactions only (see `idempotency.rs`).
+    let keys = format!("{ks}.idempotency_keys");
+    out.push(stmt(
+        "claim_key",
+        format!("INSERT INTO {keys} (key, body_sha256, owner, lease_until, state, response, created_at) VALUES (?, ?, ?, ?, 'pending', ?, ?) IF NOT EXISTS USING TTL 86400"),
+        &["text", "blob", "blob", "timestamp", "blob", "timestamp"],
+    ));
+    out.push(stmt(
+        "take_over_key",
+        format!("UPDATE {keys} USING TTL ? SET owner = ?, lease_until = ? WHERE key = ? IF owner = ? AND state = ?"),
+        &["int", "blob", "timestamp", "text", "blob", "text"],
+    ));
+    out.push(stmt(
+        "committing_key",
+        format!("UPDATE {keys} USING TTL ? SET state = 'committing', marker_partition = ?, marker_offset = ?, marker_writer = ? WHERE key = ? IF owner = ?"),
+        &["int", "int", "bigint", "text", "text", "blob"],
+    ));
+    out.push(stmt(
+        "done_key",
+        format!("UPDATE {keys} USING TTL ? SET state = 'done' WHERE key = ? IF owner = ?"),
+        &["int", "text", "blob"],
+    ));
+    out.push(stmt(
+        "release_key",
+        format!("UPDATE {keys} USING TTL ? SET lease_until = ? WHERE key = ? IF owner = ?"),
+        &["int", "timestamp", "text", "blob"],
+    ));
     out
+}
+
+/// Whether a statement is a lightweight transaction (Paxos): run at serial
+/// consistency and never retried blindly (a retry of an applied LWT is not
+/// applied again, and answers as if it had lost).
+pub fn is_lwt(stmt: &Stmt) -> bool {
+    stmt.cql.contains(" IF ")
 }
 
 /// Tables `reset` empties: everything derived from the log.

@@ -25,7 +25,7 @@ use scylla::response::{PagingState, PagingStateResponse};
 use scylla::serialize::row::SerializeRow;
 use scylla::statement::batch::{Batch, BatchType};
 use scylla::statement::prepared::PreparedStatement;
-use scylla::statement::Consistency;
+use scylla::statement::{Consistency, SerialConsistency};
 use scylla::value::CqlTimestamp;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -59,11 +59,11 @@ pub fn parse_consistency(text: &str) -> Option<Consistency> {
     })
 }
 
-fn fail(e: impl std::fmt::Display) -> Error {
+pub(crate) fn fail(e: impl std::fmt::Display) -> Error {
     Error::unavailable("cql", e.to_string())
 }
 
-fn corrupt(e: impl std::fmt::Display) -> Error {
+pub(crate) fn corrupt(e: impl std::fmt::Display) -> Error {
     Error::corrupt("cql", e.to_string())
 }
 
@@ -129,7 +129,16 @@ pub struct ScyllaStore {
     writes: Arc<Semaphore>,
 }
 
-fn ts(ms: i64) -> CqlTimestamp {
+/// The Paxos consistency of lightweight transactions: within the local data
+/// center when the configured consistency is local, else across all.
+fn serial_for(consistency: Consistency) -> SerialConsistency {
+    match consistency {
+        Consistency::LocalQuorum | Consistency::LocalOne => SerialConsistency::LocalSerial,
+        _ => SerialConsistency::Serial,
+    }
+}
+
+pub(crate) fn ts(ms: i64) -> CqlTimestamp {
     CqlTimestamp(ms)
 }
 
@@ -145,7 +154,9 @@ impl ScyllaStore {
         schema::check_keyspace(&config.keyspace).map_err(|e| Error::backend("cql", e))?;
         let session = session(&config).await?;
         let mut prepared = HashMap::new();
-        for Stmt { name, cql, binds } in statements::all(&config.keyspace) {
+        for stmt in statements::all(&config.keyspace) {
+            let lwt = statements::is_lwt(&stmt);
+            let Stmt { name, cql, binds } = stmt;
             let mut p = session
                 .prepare(cql.as_str())
                 .await
@@ -162,9 +173,14 @@ impl ScyllaStore {
             }
             p.set_consistency(config.consistency);
             p.set_request_timeout(Some(config.request_timeout));
-            // Every write is a whole-row overwrite, or the insert or delete
-            // of a rate hit under its own random id: all safe to retry.
-            p.set_is_idempotent(true);
+            // Every plain write is a whole-row overwrite, or the insert or
+            // delete of a rate hit under its own random id: all safe to
+            // retry. Lightweight transactions are not (their callers handle
+            // a lost answer).
+            p.set_is_idempotent(!lwt);
+            if lwt {
+                p.set_serial_consistency(Some(serial_for(config.consistency)));
+            }
             prepared.insert(name, p);
         }
         let writes = Arc::new(Semaphore::new(config.write_concurrency.max(1)));
@@ -217,7 +233,7 @@ impl ScyllaStore {
             .unwrap_or_else(|| panic!("statement {name} is prepared at connect"))
     }
 
-    async fn exec(
+    pub(crate) async fn exec(
         &self,
         op: &'static str,
         name: &str,

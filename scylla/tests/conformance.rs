@@ -1,5 +1,5 @@
-//! The CQL store passes the shared read-store conformance suite on a real
-//! node, one test per check:
+//! The CQL store passes the shared read-store and idempotency-store
+//! conformance suites on a real node, one test per check:
 //!
 //! ```text
 //! eval "$(scripts/engines.sh start)"      # Apache Cassandra 5.0 on loopback
@@ -14,7 +14,8 @@
 //! exclusive check (`reset`). Keyspaces of earlier runs whose process is
 //! gone are dropped first, so a long-lived node does not pile them up.
 
-use hindsight_contracts::conformance::{Backend, Scope, StorePair};
+use hindsight_contracts::conformance::{Backend, IdempotencyPair, Scope, StorePair};
+use hindsight_contracts::IdempotencyStore;
 use hindsight_scylla::store::parse_consistency;
 use hindsight_scylla::{ScyllaConfig, ScyllaStore};
 use scylla::client::session_builder::SessionBuilder;
@@ -102,15 +103,19 @@ async fn drop_stale_keyspaces() {
 /// and every `#[tokio::test]` has a runtime of its own.
 static SHARED: OnceCell<String> = OnceCell::const_new();
 
+async fn shared_keyspace() -> String {
+    SHARED
+        .get_or_init(|| async {
+            drop_stale_keyspaces().await;
+            fresh_keyspace().await
+        })
+        .await
+        .clone()
+}
+
 async fn store(scope: Scope) -> StorePair {
     let keyspace = match scope {
-        Scope::Shared => SHARED
-            .get_or_init(|| async {
-                drop_stale_keyspaces().await;
-                fresh_keyspace().await
-            })
-            .await
-            .clone(),
+        Scope::Shared => shared_keyspace().await,
         Scope::Exclusive => fresh_keyspace().await,
     };
     let connect = || async {
@@ -126,6 +131,23 @@ async fn store(scope: Scope) -> StorePair {
     }
 }
 
+/// Two stores (two sessions) on the shared keyspace: two ingest replicas.
+async fn idempotency(_prefix: &str) -> IdempotencyPair {
+    let keyspace = shared_keyspace().await;
+    let connect = || async {
+        let store = ScyllaStore::connect(config(keyspace.clone()))
+            .await
+            .expect("connect");
+        Arc::new(store) as Arc<dyn IdempotencyStore>
+    };
+    IdempotencyPair {
+        a: connect().await,
+        b: connect().await,
+        keep: Box::new(()),
+    }
+}
+
 mod cql {
     hindsight_contracts::store_conformance!(super::store);
+    hindsight_contracts::idempotency_conformance!(super::idempotency);
 }

@@ -10,6 +10,8 @@
 //!   is enough here: a power loss can only roll back whole transactions, and
 //!   the projector then re-reads those events from the log.
 //! - `limits.db`: the rate-limit log of the API processes (`limits`).
+//! - `idempotency.db`: claims of idempotency keys ([`IdempotencyFile`]) for
+//!   an ingest process whose log is Kafka and that has no CQL store.
 //!
 //! Separate files rather than one so that ingest and the projector never wait on
 //! each other's write lock. Several processes (`hindsight ingest`,
@@ -17,11 +19,13 @@
 //! them consistent.
 
 mod db;
+mod idempotency;
 mod limits;
 mod log;
 mod store;
 
-pub use log::{EmbeddedSource, IdempotencyFile, SqliteConsumer, SqliteLog};
+pub use idempotency::IdempotencyFile;
+pub use log::{EmbeddedSource, SqliteConsumer, SqliteLog};
 pub use store::SqliteStore;
 
 /// What goes wrong inside this adapter; converted to the contracts' error at

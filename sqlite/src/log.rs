@@ -5,13 +5,19 @@
 //! Offsets are dense: event `i` of a batch has offset `first_offset + i`. A
 //! row per batch rather than per event makes an append one small B-tree
 //! insert and one fsync, whatever the batch size.
+//!
+//! A batch's idempotency key, its body digest and its response are written
+//! in the same transaction as the batch: a key is either recorded with its
+//! events or not at all, so no claim protocol is needed here (that is
+//! [`crate::IdempotencyFile`]'s, for Kafka). The same key with another
+//! digest within 24 h is a `Conflict`.
 
 use crate::db::{blocking, open, Durability};
 use crate::{CResult, Error, Result};
 use async_trait::async_trait;
 use hindsight_contracts::{
-    AppendBatch, AppendOutcome, ConsumerSource, Delivered, EventLog, IdempotencyStore, LogConsumer,
-    Position, ProjectionStore,
+    AppendBatch, AppendOutcome, ConsumerSource, Delivered, EventLog, LogConsumer, Position,
+    ProjectionStore,
 };
 use hindsight_schemas::{codec, Timestamp};
 use hindsight_telemetry as tm;
@@ -33,12 +39,31 @@ CREATE TABLE IF NOT EXISTS idempotency (
     key          TEXT PRIMARY KEY,
     first_offset INTEGER NOT NULL,
     response     BLOB NOT NULL,
-    created_at   INTEGER NOT NULL
+    created_at   INTEGER NOT NULL,
+    body_sha256  BLOB
 );
 ";
 
 /// How long an idempotency key is remembered.
-const IDEMPOTENCY_TTL_MS: i64 = 24 * 3600 * 1000;
+pub(crate) const IDEMPOTENCY_TTL_MS: i64 = 24 * 3600 * 1000;
+
+/// Brings an existing `log.db` to the current schema. Files written before
+/// body digests were kept get the `body_sha256` column; their keys have no
+/// digest and keep replaying their response for any body until they expire
+/// (at most 24 h), as they did when they were recorded.
+fn upgrade(conn: &mut Connection) -> Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let has_digest: bool = tx.query_row(
+        "SELECT COUNT(*) FROM pragma_table_info('idempotency') WHERE name = 'body_sha256'",
+        [],
+        |r| r.get::<_, i64>(0).map(|n| n > 0),
+    )?;
+    if !has_digest {
+        tx.execute("ALTER TABLE idempotency ADD COLUMN body_sha256 BLOB", [])?;
+    }
+    tx.commit()?;
+    Ok(())
+}
 
 pub struct SqliteLog {
     writer: Arc<Mutex<Connection>>,
@@ -56,8 +81,9 @@ impl SqliteLog {
     fn open_inner(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
         let path = dir.join(crate::db::LOG_FILE);
-        let conn = open(&path, Durability::Full)?;
+        let mut conn = open(&path, Durability::Full)?;
         conn.execute_batch(SCHEMA)?;
+        upgrade(&mut conn)?;
         let head = next_offset(&conn)?;
         metrics::gauge!(tm::LOG_HEAD, "partition" => "0").set(head as f64);
         Ok(SqliteLog {
@@ -125,15 +151,23 @@ impl EventLog for SqliteLog {
             // below cannot race another process appending.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             if let Some(idem) = &batch.idempotency {
-                let seen: Option<Vec<u8>> = tx
+                let seen: Option<(Vec<u8>, Option<Vec<u8>>)> = tx
                     .query_row(
-                        "SELECT response FROM idempotency WHERE key = ?1 AND created_at > ?2",
+                        "SELECT response, body_sha256 FROM idempotency WHERE key = ?1 AND created_at > ?2",
                         params![idem.key, now - IDEMPOTENCY_TTL_MS],
-                        |r| r.get(0),
+                        |r| Ok((r.get(0)?, r.get(1)?)),
                     )
                     .optional()?;
-                if let Some(response) = seen {
-                    return Ok((AppendOutcome::Duplicate { response }, None));
+                match seen {
+                    // Recorded before digests were kept: replayed, as then.
+                    Some((response, None)) => {
+                        return Ok((AppendOutcome::Duplicate { response }, None))
+                    }
+                    Some((response, Some(digest))) if digest == idem.body_sha256 => {
+                        return Ok((AppendOutcome::Duplicate { response }, None))
+                    }
+                    Some(_) => return Ok((AppendOutcome::Conflict, None)),
+                    None => {}
                 }
             }
             let first = next_offset(&tx)?;
@@ -146,8 +180,8 @@ impl EventLog for SqliteLog {
             }
             if let Some(idem) = &batch.idempotency {
                 tx.execute(
-                    "INSERT OR REPLACE INTO idempotency (key, first_offset, response, created_at) VALUES (?1, ?2, ?3, ?4)",
-                    params![idem.key, first as i64, idem.response, now],
+                    "INSERT OR REPLACE INTO idempotency (key, first_offset, response, created_at, body_sha256) VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![idem.key, first as i64, idem.response, now, idem.body_sha256],
                 )?;
                 // Forget expired keys now and then, in the same transaction.
                 if first % 64 == 0 {
@@ -289,64 +323,6 @@ impl LogConsumer for SqliteConsumer {
     /// One partition, always this consumer's.
     fn assignment_changed(&mut self) -> bool {
         false
-    }
-}
-
-/// Idempotency keys of an ingest process whose log is not SQLite (Kafka):
-/// remembered in `idempotency.db` in its data directory after the log has
-/// confirmed the batch. Retries must reach the same ingest data directory.
-pub struct IdempotencyFile {
-    conn: Arc<Mutex<Connection>>,
-}
-
-impl IdempotencyFile {
-    pub fn open(dir: &Path) -> CResult<Self> {
-        Self::open_inner(dir).map_err(Into::into)
-    }
-
-    fn open_inner(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
-        let conn = open(&dir.join("idempotency.db"), Durability::Full)?;
-        conn.execute_batch(SCHEMA)?;
-        Ok(IdempotencyFile {
-            conn: Arc::new(Mutex::new(conn)),
-        })
-    }
-}
-
-#[async_trait]
-impl IdempotencyStore for IdempotencyFile {
-    /// The response recorded for `key` within the last 24 h.
-    async fn seen(&self, key: &str) -> CResult<Option<Vec<u8>>> {
-        let (conn, key) = (self.conn.clone(), key.to_string());
-        blocking(move || {
-            let now = Timestamp::now().millis();
-            Ok(conn
-                .lock()
-                .unwrap()
-                .query_row(
-                    "SELECT response FROM idempotency WHERE key = ?1 AND created_at > ?2",
-                    params![key, now - IDEMPOTENCY_TTL_MS],
-                    |r| r.get(0),
-                )
-                .optional()?)
-        })
-        .await
-    }
-
-    async fn record(&self, key: &str, response: Vec<u8>) -> CResult<()> {
-        let (conn, key) = (self.conn.clone(), key.to_string());
-        blocking(move || {
-            let now = Timestamp::now().millis();
-            let conn = conn.lock().unwrap();
-            conn.execute(
-                "INSERT OR REPLACE INTO idempotency (key, first_offset, response, created_at) VALUES (?1, -1, ?2, ?3)",
-                params![key, response, now],
-            )?;
-            conn.execute("DELETE FROM idempotency WHERE created_at <= ?1", params![now - IDEMPOTENCY_TTL_MS])?;
-            Ok(())
-        })
-        .await
     }
 }
 

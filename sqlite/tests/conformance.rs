@@ -1,10 +1,11 @@
 //! The embedded backends pass the shared conformance suites: the read store
-//! (`store.db`, `limits.db`) and the event log (`log.db`), one test per
+//! (`store.db`, `limits.db`), the event log (`log.db`) and the idempotency
+//! claims of Kafka's ingest without CQL (`idempotency.db`), one test per
 //! check.
 
-use hindsight_contracts::conformance::{Backend, LogFixture, Scope, StorePair};
-use hindsight_contracts::{ConsumerSource, EventLog, ProjectionStore};
-use hindsight_sqlite::{EmbeddedSource, SqliteLog, SqliteStore};
+use hindsight_contracts::conformance::{Backend, IdempotencyPair, LogFixture, Scope, StorePair};
+use hindsight_contracts::{ConsumerSource, EventLog, IdempotencyStore, ProjectionStore};
+use hindsight_sqlite::{EmbeddedSource, IdempotencyFile, SqliteLog, SqliteStore};
 use std::sync::Arc;
 
 /// Two handles on one data directory: two processes' worth of clients. A
@@ -38,7 +39,22 @@ async fn log(_prefix: &str) -> LogFixture {
     }
 }
 
+/// Two handles on one `idempotency.db`: two ingest processes sharing a
+/// data directory.
+async fn idempotency(_prefix: &str) -> IdempotencyPair {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let open = || -> Arc<dyn IdempotencyStore> {
+        Arc::new(IdempotencyFile::open(dir.path()).expect("open idempotency file"))
+    };
+    IdempotencyPair {
+        a: open(),
+        b: open(),
+        keep: Box::new(dir),
+    }
+}
+
 mod sqlite {
     hindsight_contracts::store_conformance!(super::store);
     hindsight_contracts::log_conformance!(super::log);
+    hindsight_contracts::idempotency_conformance!(super::idempotency);
 }

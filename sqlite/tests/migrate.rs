@@ -1,6 +1,9 @@
-//! A `store.db` written by schema version 1 (catalog changes ordered by log
-//! offset) opens under version 2: its records are kept and listed, and
-//! changes after a cursor are found by the new change sequence.
+//! Data directories written by earlier versions open in place:
+//! - a `store.db` of schema version 1 (catalog changes ordered by log
+//!   offset) opens under version 2: its records are kept and listed, and
+//!   changes after a cursor are found by the new change sequence;
+//! - a `log.db` and an `idempotency.db` from before body digests keep
+//!   answering the keys they hold, and new keys conflict on another body.
 
 use hindsight_contracts::{Position, ProjectionStore, ProjectionWrite, ReadStore};
 use hindsight_schemas::{codec, Event, MarketRecord, Timestamp, Token};
@@ -89,4 +92,109 @@ async fn a_version_1_store_opens_and_keeps_its_catalog() {
     // Opening again migrates nothing twice.
     drop(store);
     SqliteStore::open(dir.path()).unwrap();
+}
+
+/// `log.db` as it was before body digests were kept.
+const LOG_BEFORE_DIGESTS: &str = "
+CREATE TABLE log_batches (
+    first_offset INTEGER PRIMARY KEY, count INTEGER NOT NULL,
+    appended_at INTEGER NOT NULL, payload BLOB NOT NULL
+);
+CREATE TABLE idempotency (
+    key TEXT PRIMARY KEY, first_offset INTEGER NOT NULL,
+    response BLOB NOT NULL, created_at INTEGER NOT NULL
+);
+";
+
+fn keyed(key: &str, body: &[u8], events: Vec<Event>) -> hindsight_contracts::AppendBatch {
+    hindsight_contracts::AppendBatch {
+        events,
+        idempotency: Some(hindsight_contracts::Idempotency::for_body(
+            key,
+            body,
+            body.to_vec(),
+        )),
+    }
+}
+
+fn catalog(id: &str) -> Vec<Event> {
+    vec![Event::Market(market(id, 1_000))]
+}
+
+#[tokio::test]
+async fn a_log_from_before_body_digests_opens_keeps_its_keys_and_conflicts_on_new_ones() {
+    use hindsight_contracts::{AppendOutcome, EventLog};
+    let dir = tempfile::tempdir().unwrap();
+    let now = Timestamp::now().millis();
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("log.db")).unwrap();
+        conn.execute_batch(LOG_BEFORE_DIGESTS).unwrap();
+        conn.execute(
+            "INSERT INTO idempotency VALUES ('old-key', 0, CAST('old answer' AS BLOB), ?1)",
+            [now],
+        )
+        .unwrap();
+    }
+    let log = hindsight_sqlite::SqliteLog::open(dir.path()).unwrap();
+    // A key recorded without a digest keeps replaying, whatever the body.
+    assert_eq!(
+        log.append(keyed("old-key", b"any body", catalog("a")))
+            .await
+            .unwrap(),
+        AppendOutcome::Duplicate {
+            response: b"old answer".to_vec()
+        }
+    );
+    // New keys carry their digest: another body under one is a conflict.
+    assert_eq!(
+        log.append(keyed("new-key", b"body 1", catalog("b")))
+            .await
+            .unwrap(),
+        AppendOutcome::Appended { count: 1 }
+    );
+    assert_eq!(
+        log.append(keyed("new-key", b"body 2", catalog("c")))
+            .await
+            .unwrap(),
+        AppendOutcome::Conflict
+    );
+    assert_eq!(log.head().await.unwrap(), 1, "only body 1 was appended");
+    // Opening again upgrades nothing twice.
+    drop(log);
+    hindsight_sqlite::SqliteLog::open(dir.path()).unwrap();
+}
+
+#[tokio::test]
+async fn an_idempotency_file_from_before_claims_keeps_answering_its_keys() {
+    use hindsight_contracts::{Claim, IdempotencyStore};
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("idempotency.db")).unwrap();
+        conn.execute_batch(LOG_BEFORE_DIGESTS).unwrap();
+        conn.execute(
+            "INSERT INTO idempotency VALUES ('old-key', -1, CAST('old answer' AS BLOB), ?1)",
+            [Timestamp::now().millis()],
+        )
+        .unwrap();
+    }
+    let store = hindsight_sqlite::IdempotencyFile::open(dir.path()).unwrap();
+    let lease = std::time::Duration::from_secs(30);
+    assert_eq!(
+        store
+            .claim("old-key", &[7; 32], 1, b"new answer", lease)
+            .await
+            .unwrap(),
+        Claim::Done {
+            response: b"old answer".to_vec()
+        }
+    );
+    assert!(matches!(
+        store
+            .claim("new-key", &[7; 32], 2, b"new answer", lease)
+            .await
+            .unwrap(),
+        Claim::Owned(_)
+    ));
+    drop(store);
+    hindsight_sqlite::IdempotencyFile::open(dir.path()).unwrap();
 }

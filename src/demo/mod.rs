@@ -7,7 +7,7 @@ pub mod generator;
 use anyhow::bail;
 use generator::Demo;
 use hindsight_contracts::{AppendBatch, EventLog, Idempotency};
-use hindsight_schemas::{Event, Timestamp};
+use hindsight_schemas::{codec, Event, Timestamp};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
@@ -42,12 +42,11 @@ impl Sink {
     async fn send(&self, key: String, events: Vec<Event>) -> anyhow::Result<()> {
         match self {
             Sink::Log(log) => {
+                // The body a pipeline would send: the events' envelopes.
+                let body: Vec<u8> = events.iter().flat_map(codec::encode).collect();
                 let batch = AppendBatch {
+                    idempotency: Some(Idempotency::for_body(key, &body, Vec::new())),
                     events,
-                    idempotency: Some(Idempotency {
-                        key,
-                        response: Vec::new(),
-                    }),
                 };
                 // Dev keeps generating after a failed append (the next round
                 // may well succeed); the failure is logged, not fatal.

@@ -55,7 +55,7 @@ pub fn router(readiness: Readiness) -> Router {
 /// Statuses the `/v1` routes answer (each route is registered with each).
 const API_STATUSES: [&str; 7] = ["200", "400", "401", "403", "404", "429", "500"];
 /// Statuses ingest's handler answers and counts.
-const INGEST_STATUSES: [&str; 7] = ["200", "400", "401", "413", "415", "422", "503"];
+const INGEST_STATUSES: [&str; 8] = ["200", "400", "401", "409", "413", "415", "422", "503"];
 /// The `op` labels of the read stores (embedded and CQL) that every
 /// deployment exercises; an op missing here appears with its first query.
 const STORE_OPS: [&str; 17] = [

@@ -50,7 +50,8 @@ fn each_subcommand_shows_only_its_own_flags() {
     assert!(!api.contains("--kafka"), "{api}");
     assert!(!api.contains("--scylla-write-concurrency"), "{api}");
     assert!(!api.contains("--scylla-replication"), "{api}");
-    // Ingest and backfill read the store (its catalog), never write it.
+    // Ingest reads the store's catalog and claims idempotency keys in it
+    // (Kafka mode); it never writes bucket rows.
     let ingest = help("ingest");
     assert!(ingest.contains("--scylla-nodes"), "{ingest}");
     assert!(!ingest.contains("--scylla-write-concurrency"), "{ingest}");

@@ -237,3 +237,69 @@ async fn ingest_gzip_and_idempotent_retries() {
         std::thread::sleep(std::time::Duration::from_millis(20));
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reused_idempotency_key_with_another_body_is_409_and_appends_nothing() {
+    let app = spawn_app("key-reuse").await;
+    let first = format!(
+        "{}\n{}\n",
+        market_line("r1"),
+        price_line("r1", "r1-yes", DAY + 30, 0.25)
+    );
+    let other = format!("{}\n", price_line("r1", "r1-yes", DAY + 40, 0.75));
+    let send = |body: &str| {
+        client()
+            .post(app.ingest_url("/ingest/v1/events"))
+            .bearer_auth(INGEST_TOKEN)
+            .header("Idempotency-Key", "reused-key")
+            .body(body.to_string())
+            .send()
+    };
+    let accepted = send(&first).await.unwrap();
+    assert_eq!(accepted.status(), 200);
+    let accepted: serde_json::Value = accepted.json().await.unwrap();
+    assert_eq!(accepted["accepted"], 2);
+
+    let refused = send(&other).await.unwrap();
+    assert_eq!(refused.status(), 409);
+    assert!(!refused.headers().contains_key("idempotent-replayed"));
+    let detail = refused.json::<serde_json::Value>().await.unwrap()["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        detail.starts_with("Idempotency-Key reused-key was used for a different body"),
+        "{detail}"
+    );
+
+    // The first body's retry is still answered from the first append.
+    let replayed = send(&first).await.unwrap();
+    assert_eq!(replayed.status(), 200);
+    assert_eq!(replayed.headers()["idempotent-replayed"], "true");
+    assert_eq!(
+        replayed.json::<serde_json::Value>().await.unwrap(),
+        accepted
+    );
+
+    // The log holds the first body's two events, nothing of the other.
+    let log_events = || {
+        scalar(
+            &app.data_dir.join("log.db"),
+            "SELECT COALESCE(SUM(count), 0) FROM log_batches",
+        )
+    };
+    assert_eq!(log_events(), 2);
+    let path = format!(
+        "/v1/tokens/r1-yes/prices?start_ts={DAY}&end_ts={}&resolution=1m",
+        DAY + 60
+    );
+    let prices = wait_for(&app, &path, |b| {
+        b["data"].as_array().is_some_and(|d| d.len() == 1)
+    })
+    .await;
+    assert_eq!(
+        prices["data"][0]["p"], 0.25,
+        "the refused tick is not in the bucket"
+    );
+    assert_eq!(log_events(), 2);
+}

@@ -143,7 +143,18 @@ pub fn start_again(engine: &str) {
 /// Runs a hindsight service (`ingest`, `projector`, `api`) with extra flags
 /// and its own data directory; stdout discarded, stderr inherited.
 pub fn service(args: &[&str], extra: &[String], data_dir: &std::path::Path) -> std::process::Child {
+    service_env(args, extra, data_dir, &[])
+}
+
+/// [`service`] with extra environment variables (a test-only fault hook).
+pub fn service_env(
+    args: &[&str],
+    extra: &[String],
+    data_dir: &std::path::Path,
+    env: &[(&str, &str)],
+) -> std::process::Child {
     super::hindsight()
+        .envs(env.iter().copied())
         .args(args)
         .args(extra)
         .arg("--data-dir")
@@ -241,35 +252,85 @@ pub fn rebuild_into(topics: &Topics, ks: &super::cql::Keyspace, dir: &std::path:
     );
 }
 
+/// Per log partition id (as the read store keys them), the offset after the
+/// last record a `read_committed` consumer delivers: where a projector that
+/// has read everything stands. The high watermark can lie beyond it: a
+/// keyed batch is a Kafka transaction, whose commit marker (and any aborted
+/// attempt) takes offsets no consumer delivers.
+pub fn committed_ends(topics: &Topics) -> std::collections::BTreeMap<i32, i64> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::error::KafkaError;
+    use rdkafka::message::Message;
+    use std::time::{Duration, Instant};
+    let mut ends = std::collections::BTreeMap::new();
+    // One reader per topic: an end-of-partition event names the partition
+    // only. With no transaction open (the test's appends are over), a
+    // read_committed reader reaches the end of every partition.
+    for (k, kind) in hindsight_kafka::topics::KINDS.iter().enumerate() {
+        let name = format!("{}.{kind}", topics.prefix);
+        let reader: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", &topics.brokers)
+            // Needed to assign partitions; never joined, never committed.
+            .set("group.id", format!("{}-ends", topics.prefix))
+            .set("isolation.level", "read_committed")
+            .set("enable.partition.eof", "true")
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let meta = reader
+            .fetch_metadata(Some(&name), Duration::from_secs(10))
+            .unwrap();
+        let mut assignment = rdkafka::TopicPartitionList::new();
+        let mut open = std::collections::BTreeSet::new();
+        for p in meta.topics()[0].partitions() {
+            let (_, high) = reader
+                .fetch_watermarks(&name, p.id(), Duration::from_secs(10))
+                .unwrap();
+            if high > 0 {
+                assignment
+                    .add_partition_offset(&name, p.id(), rdkafka::Offset::Beginning)
+                    .unwrap();
+                open.insert(p.id());
+            }
+        }
+        if open.is_empty() {
+            continue;
+        }
+        reader.assign(&assignment).unwrap();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        while !open.is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "{name}: partitions {open:?} never ended"
+            );
+            match reader.poll(Duration::from_millis(500)) {
+                Some(Ok(m)) => {
+                    let id = hindsight_kafka::topics::partition_id(k, m.partition()) as i32;
+                    ends.insert(id, m.offset() + 1);
+                }
+                Some(Err(KafkaError::PartitionEOF(p))) => {
+                    open.remove(&p);
+                }
+                Some(Err(e)) => panic!("reading {name}: {e}"),
+                None => {}
+            }
+        }
+    }
+    ends
+}
+
 /// Waits until the keyspace's consumed positions reach the end of every
 /// non-empty partition of the topics: the projectors have written all
 /// there is (row counts alone can match while a catalog record or the
 /// last consumed position is still being written).
 pub async fn wait_caught_up(topics: &Topics, cql: &super::cql::Cql, ks: &str) {
-    use rdkafka::consumer::{BaseConsumer, Consumer};
     use scylla::value::CqlValue;
-    let probe: BaseConsumer = rdkafka::ClientConfig::new()
-        .set("bootstrap.servers", &topics.brokers)
-        .create()
-        .unwrap();
-    let mut ends = std::collections::BTreeMap::new();
-    for (k, kind) in hindsight_kafka::topics::KINDS.iter().enumerate() {
-        let name = format!("{}.{kind}", topics.prefix);
-        let meta = probe
-            .fetch_metadata(Some(&name), std::time::Duration::from_secs(10))
-            .unwrap();
-        for p in meta.topics()[0].partitions() {
-            let (_, high) = probe
-                .fetch_watermarks(&name, p.id(), std::time::Duration::from_secs(10))
-                .unwrap();
-            if high > 0 {
-                ends.insert(
-                    hindsight_kafka::topics::partition_id(k, p.id()) as i32,
-                    high,
-                );
-            }
-        }
-    }
+    let ends = {
+        let topics = topics.clone();
+        tokio::task::spawn_blocking(move || committed_ends(&topics))
+            .await
+            .unwrap()
+    };
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
     loop {
         let consumed: std::collections::BTreeMap<i32, i64> = cql

@@ -113,17 +113,12 @@ fn by_stream<'a>(
 
 async fn append(fixture: &LogFixture, events: Vec<Event>) -> Check {
     let n = events.len();
-    let outcome = fixture
-        .log
-        .append(AppendBatch {
-            events,
-            idempotency: None,
-        })
-        .await
-        .map_err(store_err)?;
-    ensure(outcome == AppendOutcome::Appended { count: n }, || {
-        format!("appending {n} events answered {outcome:?}")
-    })
+    let batch = AppendBatch {
+        events,
+        idempotency: None,
+    };
+    let what = format!("appending {n} events answered");
+    append_expecting(fixture, batch, AppendOutcome::Appended { count: n }, &what).await
 }
 
 /// Appends `events` in batches of `batch` events.
@@ -229,8 +224,8 @@ pub async fn log_delivers_every_event_once_in_order_per_key(
     })
 }
 
-/// In each partition, delivered positions follow each other without gaps
-/// or repeats, in delivery order.
+/// In each partition, the positions of batches appended without a key
+/// follow each other without gaps or repeats, in delivery order.
 pub async fn log_positions_are_dense_per_partition(fixture: &LogFixture, prefix: &str) -> Check {
     let events = sample_events(prefix, 5, 8);
     append_in_batches(fixture, &events, 50).await?;
@@ -302,53 +297,90 @@ pub async fn log_commit_then_reopen_resumes_after_committed(
     })
 }
 
-/// A batch appended under an idempotency key seen before is not appended
-/// again; the first append's response comes back.
-pub async fn log_idempotency_key_appends_once(fixture: &LogFixture, prefix: &str) -> Check {
-    let events = sample_events(prefix, 3, 4);
-    let (first, retry) = events.split_at(events.len() / 2);
-    let key = format!("{prefix}-key");
-    let batch = |events: &[Event], response: &[u8]| AppendBatch {
+fn keyed(key: &str, body: u8, events: &[Event], response: &[u8]) -> AppendBatch {
+    AppendBatch {
         events: events.to_vec(),
         idempotency: Some(Idempotency {
-            key: key.clone(),
+            key: key.to_string(),
+            body_sha256: [body; 32],
             response: response.to_vec(),
         }),
-    };
-    let outcome = fixture
-        .log
-        .append(batch(first, b"first"))
-        .await
-        .map_err(store_err)?;
-    ensure(
-        outcome == AppendOutcome::Appended { count: first.len() },
-        || format!("first append under a key: {outcome:?}"),
-    )?;
-    for _ in 0..2 {
-        let outcome = fixture
-            .log
-            .append(batch(retry, b"second"))
-            .await
-            .map_err(store_err)?;
-        ensure(
-            outcome
-                == AppendOutcome::Duplicate {
-                    response: b"first".to_vec(),
-                },
-            || format!("append under a key seen before: {outcome:?}"),
-        )?;
     }
+}
+
+/// Drains a fresh consumer and checks the log holds exactly `want`.
+async fn log_holds_exactly(fixture: &LogFixture, want: &[Event]) -> Check {
     let mut consumer = fixture.source.open().await.map_err(store_err)?;
     let mut got = Drained::default();
-    drain(consumer.as_mut(), first.len(), &mut got).await?;
+    drain(consumer.as_mut(), want.len(), &mut got).await?;
     let mut have: Vec<&Event> = got.events.iter().map(|d| &d.event).collect();
-    let mut want: Vec<&Event> = first.iter().collect();
+    let mut want: Vec<&Event> = want.iter().collect();
     let order = |e: &&Event| format!("{e:?}");
     have.sort_by_key(order);
     want.sort_by_key(order);
     ensure(have == want, || {
         "the log holds other events than the first batch's".into()
     })
+}
+
+async fn append_expecting(
+    fixture: &LogFixture,
+    batch: AppendBatch,
+    want: AppendOutcome,
+    what: &str,
+) -> Check {
+    let outcome = fixture.log.append(batch).await.map_err(store_err)?;
+    ensure(outcome == want, || format!("{what}: {outcome:?}"))
+}
+
+/// Appends the first half of a sample under a new key (body digest 1,
+/// response "first"); returns that half, the other half and the key.
+async fn first_half_under_a_key(
+    fixture: &LogFixture,
+    prefix: &str,
+) -> Result<(Vec<Event>, Vec<Event>, String), String> {
+    let mut first = sample_events(prefix, 3, 4);
+    let second = first.split_off(first.len() / 2);
+    let key = format!("{prefix}-key");
+    let appended = AppendOutcome::Appended { count: first.len() };
+    let batch = keyed(&key, 1, &first, b"first");
+    append_expecting(fixture, batch, appended, "first append under a key").await?;
+    Ok((first, second, key))
+}
+
+fn first_response() -> AppendOutcome {
+    AppendOutcome::Duplicate {
+        response: b"first".to_vec(),
+    }
+}
+
+/// A batch appended under an idempotency key seen before, with the same
+/// body digest, is not appended again; the first append's response comes
+/// back (here the retry's events differ, to show none is appended).
+pub async fn log_idempotency_key_appends_once(fixture: &LogFixture, prefix: &str) -> Check {
+    let (first, retry, key) = first_half_under_a_key(fixture, prefix).await?;
+    for _ in 0..2 {
+        let batch = keyed(&key, 1, &retry, b"second");
+        append_expecting(fixture, batch, first_response(), "a key seen before").await?;
+    }
+    log_holds_exactly(fixture, &first).await
+}
+
+/// A batch under a key seen before with another body digest is a
+/// `Conflict`, appends nothing, and leaves the key answering the first
+/// body's retries.
+pub async fn log_idempotency_key_with_another_body_conflicts(
+    fixture: &LogFixture,
+    prefix: &str,
+) -> Check {
+    let (first, other, key) = first_half_under_a_key(fixture, prefix).await?;
+    let batch = keyed(&key, 2, &other, b"other");
+    let what = "another body under a key seen before";
+    append_expecting(fixture, batch, AppendOutcome::Conflict, what).await?;
+    let batch = keyed(&key, 1, &first, b"again");
+    let what = "the first body's retry after a conflict";
+    append_expecting(fixture, batch, first_response(), what).await?;
+    log_holds_exactly(fixture, &first).await
 }
 
 /// Total of `lag()` once it reports every owned partition, waiting for it

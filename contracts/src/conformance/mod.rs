@@ -25,10 +25,11 @@
 //! A check returns `Err` with what differs from the contract; a backend
 //! that cannot be reached fails the test rather than skipping it.
 
+pub mod idempotency;
 pub mod log;
 pub mod store;
 
-use crate::{ConsumerSource, Error, EventLog, ProjectionStore};
+use crate::{ConsumerSource, Error, EventLog, IdempotencyStore, ProjectionStore};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -83,6 +84,14 @@ pub struct LogFixture {
     pub keep: Box<dyn Any + Send + Sync>,
 }
 
+/// Two handles on one idempotency store, and whatever must live as long as
+/// they do.
+pub struct IdempotencyPair {
+    pub a: Arc<dyn IdempotencyStore>,
+    pub b: Arc<dyn IdempotencyStore>,
+    pub keep: Box<dyn Any + Send + Sync>,
+}
+
 /// A prefix for a check's ids, unique to this process and check.
 pub fn prefix(check: &str) -> String {
     use std::time::{SystemTime, UNIX_EPOCH};
@@ -130,8 +139,25 @@ macro_rules! log_conformance {
             log_positions_are_dense_per_partition,
             log_commit_then_reopen_resumes_after_committed,
             log_idempotency_key_appends_once,
+            log_idempotency_key_with_another_body_conflicts,
             log_lag_reaches_zero,
             log_assignment_changed_at_most_once_for_a_lone_consumer,
+        );
+    };
+}
+
+/// One `#[tokio::test]` per idempotency store check. `$make` is a path to
+/// `async fn(prefix: &str) -> IdempotencyPair`.
+#[macro_export]
+macro_rules! idempotency_conformance {
+    ($make:path) => {
+        $crate::__conformance_tests!(idempotency, $make;
+            idempotency_concurrent_claims_grant_exactly_one_owner,
+            idempotency_another_body_conflicts_in_every_state,
+            idempotency_an_expired_lease_is_taken_over_and_the_old_holder_is_ignored,
+            idempotency_a_committing_holder_is_taken_over_with_its_marker,
+            idempotency_release_lets_the_next_claim_take_over_at_once,
+            idempotency_a_repeated_claim_of_the_same_owner_is_granted_again,
         );
     };
 }
@@ -164,6 +190,18 @@ macro_rules! __conformance_tests {
                 let prefix = $crate::conformance::prefix(stringify!($check));
                 let fixture = $make(&prefix).await;
                 if let Err(e) = $crate::conformance::log::$check(&fixture, &prefix).await {
+                    panic!("{} does not hold: {}", stringify!($check), e);
+                }
+            }
+        )*
+    };
+    (idempotency, $make:path; $($check:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let prefix = $crate::conformance::prefix(stringify!($check));
+                let pair = $make(&prefix).await;
+                if let Err(e) = $crate::conformance::idempotency::$check(&pair, &prefix).await {
                     panic!("{} does not hold: {}", stringify!($check), e);
                 }
             }
