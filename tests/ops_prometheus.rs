@@ -256,6 +256,9 @@ async fn every_metric_family_is_listed_from_start_with_zero_counters() {
         "hindsight_api_requests_total{route=\"/v1/health\",status=\"429\"} 0\n",
         "hindsight_ingest_responses_total{status=\"413\"} 0\n",
         "hindsight_kafka_delivery_errors_total{reason=\"not_confirmed\"} 0\n",
+        "hindsight_http_timeouts_total{listener=\"api\",bound=\"request\"} 0\n",
+        "hindsight_http_timeouts_total{listener=\"ingest\",bound=\"header\"} 0\n",
+        "hindsight_http_max_connections{listener=\"api\"} 512\n",
     ] {
         assert!(body.contains(series), "no {series}");
     }

@@ -17,12 +17,18 @@
 //!   connections, and readers that stopped reading their response);
 //! - **request timeout**: a handler (body read included) that has not
 //!   answered within it is answered 408 with a JSON `detail`.
+//!
+//! Each listener reports its open connections, its cap and what each bound
+//! cut short ([`ListenerEvents`]), so an SRE can tell a flood or a slow
+//! client from an idle service.
 
 use axum::body::Body;
 use axum::http::{header, Request, Response, StatusCode};
 use axum::Router;
+use hindsight_telemetry as tm;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioIo, TokioTimer};
+use metrics::{Counter, Gauge};
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -54,11 +60,61 @@ impl Default for HttpLimits {
     }
 }
 
+/// What the serving loop does to one listener's connections, as the
+/// metrics `hindsight_http_*` labelled by `listener`. Registered (at zero)
+/// when the listener starts serving, so an alert can tell zero from absent.
+#[derive(Clone)]
+struct ListenerEvents {
+    open: Gauge,
+    header_timeouts: Counter,
+    idle_closes: Counter,
+    request_timeouts: Counter,
+}
+
+impl ListenerEvents {
+    fn register(listener: &'static str, max_connections: u32) -> Self {
+        metrics::gauge!(tm::HTTP_MAX_CONNECTIONS, "listener" => listener)
+            .set(f64::from(max_connections));
+        let timeouts = |bound: &'static str| {
+            let counter =
+                metrics::counter!(tm::HTTP_TIMEOUTS, "listener" => listener, "bound" => bound);
+            counter.increment(0);
+            counter
+        };
+        let open = metrics::gauge!(tm::HTTP_OPEN_CONNECTIONS, "listener" => listener);
+        open.increment(0.0);
+        ListenerEvents {
+            open,
+            header_timeouts: timeouts("header"),
+            idle_closes: timeouts("idle"),
+            request_timeouts: timeouts("request"),
+        }
+    }
+}
+
+/// One open connection in [`ListenerEvents::open`], for as long as it lives.
+struct OpenConnection(Gauge);
+
+impl OpenConnection {
+    fn new(open: &Gauge) -> Self {
+        open.increment(1.0);
+        OpenConnection(open.clone())
+    }
+}
+
+impl Drop for OpenConnection {
+    fn drop(&mut self) {
+        self.0.decrement(1.0);
+    }
+}
+
 /// Serves `router` on `listener` within `limits` until `stop` turns true,
 /// then stops accepting, lets requests in progress finish, and returns once
 /// every connection is closed (idle ones at once, stalled ones within the
-/// idle timeout).
+/// idle timeout). `name` labels the listener's metrics (the service's name,
+/// or `ops`).
 pub async fn serve(
+    name: &'static str,
     listener: TcpListener,
     router: Router,
     limits: HttpLimits,
@@ -67,6 +123,7 @@ pub async fn serve(
     let max = limits
         .max_connections
         .clamp(1, Semaphore::MAX_PERMITS as u32);
+    let events = ListenerEvents::register(name, max);
     let slots = Arc::new(Semaphore::new(max as usize));
     loop {
         let permit = tokio::select! {
@@ -86,9 +143,11 @@ pub async fn serve(
             },
             () = stopped(&mut stop) => break,
         };
-        let (router, stop) = (router.clone(), stop.clone());
+        let (router, stop, events) = (router.clone(), stop.clone(), events.clone());
         tokio::spawn(async move {
-            serve_connection(stream, router, limits, stop).await;
+            let open = OpenConnection::new(&events.open);
+            serve_connection(stream, router, limits, &events, stop).await;
+            drop(open);
             drop(permit);
         });
     }
@@ -107,6 +166,7 @@ async fn serve_connection(
     stream: TcpStream,
     router: Router,
     limits: HttpLimits,
+    events: &ListenerEvents,
     mut stop: watch::Receiver<bool>,
 ) {
     let _ = stream.set_nodelay(true);
@@ -117,13 +177,17 @@ async fn serve_connection(
     });
     let service = {
         let activity = activity.clone();
+        let timeouts = events.request_timeouts.clone();
         hyper::service::service_fn(move |req: Request<Incoming>| {
             let (router, activity) = (router.clone(), activity.clone());
+            let timeouts = timeouts.clone();
             async move {
                 let _busy = activity.busy();
-                Ok::<_, std::convert::Infallible>(
-                    handle(router, req.map(Body::new), limits.request_timeout).await,
-                )
+                let response = handle(router, req.map(Body::new), limits.request_timeout).await;
+                if response.status() == StatusCode::REQUEST_TIMEOUT {
+                    timeouts.increment(1);
+                }
+                Ok::<_, std::convert::Infallible>(response)
             }
         })
     };
@@ -139,6 +203,9 @@ async fn serve_connection(
         tokio::select! {
             ended = conn.as_mut() => {
                 if let Err(e) = ended {
+                    if e.is_timeout() {
+                        events.header_timeouts.increment(1);
+                    }
                     tracing::debug!(error = %e, "connection ended with an error");
                 }
                 return;
@@ -150,6 +217,7 @@ async fn serve_connection(
             () = tokio::time::sleep_until(idle_deadline) => {
                 if activity.idle_for() >= limits.idle_timeout {
                     tracing::debug!("closing an idle connection");
+                    events.idle_closes.increment(1);
                     return;
                 }
             }

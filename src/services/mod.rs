@@ -133,10 +133,12 @@ impl Service {
         tracing::info!(target: "hindsight::lifecycle", "{line}");
 
         let mut tasks = tokio::task::JoinSet::new();
-        for (listener, router) in std::iter::once(self.service).chain(self.ops) {
+        let listeners =
+            std::iter::once((self.name, self.service)).chain(self.ops.map(|ops| ("ops", ops)));
+        for (name, (listener, router)) in listeners {
             let (stop, limits) = (self.stop.subscribe(), self.limits);
             tasks.spawn(async move {
-                http::serve(listener, router, limits, stop)
+                http::serve(name, listener, router, limits, stop)
                     .await
                     .context("serving HTTP")
             });

@@ -59,6 +59,19 @@ pub const INGEST_BACKPRESSURE: &str = "hindsight_ingest_backpressure_total";
 /// Position of the newest event in the log (its head), by `partition`.
 pub const LOG_HEAD: &str = "hindsight_log_head_position";
 
+// ---- http (the serving loop of every listener) --------------------------------
+/// Connections open on a listener, by `listener` (the service's name, or
+/// `ops`).
+pub const HTTP_OPEN_CONNECTIONS: &str = "hindsight_http_open_connections";
+/// The most connections a listener serves at once, by `listener`; beyond
+/// it, new connections wait in the kernel's accept queue.
+pub const HTTP_MAX_CONNECTIONS: &str = "hindsight_http_max_connections";
+/// Connections and requests cut short by the serving loop's bounds, by
+/// `listener` and `bound`: `header` (a request head did not arrive in
+/// time: the connection is closed), `idle` (nothing moved: closed),
+/// `request` (no answer in time: answered 408).
+pub const HTTP_TIMEOUTS: &str = "hindsight_http_timeouts_total";
+
 // ---- api ----------------------------------------------------------------------
 /// API responses by `route` (the matched template) and `status`.
 pub const API_REQUESTS: &str = "hindsight_api_requests_total";
@@ -157,6 +170,21 @@ pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
         LOG_HEAD,
         Unit::Count,
         "Position after the newest event in the log, by partition.",
+    ),
+    (
+        HTTP_OPEN_CONNECTIONS,
+        Unit::Count,
+        "Connections open on a listener, by listener.",
+    ),
+    (
+        HTTP_MAX_CONNECTIONS,
+        Unit::Count,
+        "The most connections a listener serves at once, by listener.",
+    ),
+    (
+        HTTP_TIMEOUTS,
+        Unit::Count,
+        "Connections closed (header, idle) or requests answered 408 (request) by the serving loop's bounds, by listener and bound.",
     ),
     (
         API_REQUESTS,
@@ -263,8 +291,16 @@ pub fn install() -> PrometheusHandle {
 /// Registering never changes a value already recorded.
 pub fn register_zeros(known: &[(&'static str, Vec<(&'static str, String)>)]) {
     // Keyed by partition: a zero for a partition that may not exist (or
-    // whose real position is not 0) would mislead.
-    const KEYED_AT_RUN_TIME: [&str; 3] = [LOG_HEAD, PROJECTOR_POSITION, PROJECTOR_LAG];
+    // whose real position is not 0) would mislead. Keyed by listener: each
+    // listener registers its own series as it starts serving.
+    const KEYED_AT_RUN_TIME: [&str; 6] = [
+        LOG_HEAD,
+        PROJECTOR_POSITION,
+        PROJECTOR_LAG,
+        HTTP_OPEN_CONNECTIONS,
+        HTTP_MAX_CONNECTIONS,
+        HTTP_TIMEOUTS,
+    ];
     install();
     for (name, unit, _) in DESCRIPTIONS {
         if KEYED_AT_RUN_TIME.contains(name) {

@@ -398,6 +398,16 @@ pub async fn metrics_text(base: &str) -> String {
         .unwrap()
 }
 
+/// The value of the series `series` (name and labels, exactly as
+/// exposed) in the `/metrics` text served at `base`; 0 when absent.
+pub async fn metric_value(base: &str, series: &str) -> f64 {
+    metrics_text(base)
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// Polls `path` until `done` holds for the JSON body, or panics after 20 s.
 pub async fn wait_for(
     app: &TestApp,

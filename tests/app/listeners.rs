@@ -1,6 +1,8 @@
 //! Every listener bounds its connections: slow heads, idle keep-alive
 //! connections, stalled requests and connection floods cannot hold the
-//! server; and dev's ops routes can have their own listener.
+//! server; and dev's ops routes can have their own listener. Each bound
+//! shows on the listener's metrics (the test binary shares one recorder, so
+//! they are compared before and after).
 
 use crate::helpers::*;
 use hindsight::services::http::HttpLimits;
@@ -72,6 +74,8 @@ async fn closed_within(stream: &mut TcpStream, within: Duration) -> bool {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn slowloris_is_disconnected_within_the_header_timeout() {
     let app = spawn_app_with("slowloris", limits(1, 60, 60, 64)).await;
+    let cut = r#"hindsight_http_timeouts_total{listener="api",bound="header"}"#;
+    let before = metric_value(&app.ops, cut).await;
     let mut stream = connect(&app.api).await;
     stream
         .write_all(b"GET /v1/health HTTP/1.1\r\nHost: t\r\n")
@@ -93,11 +97,17 @@ async fn slowloris_is_disconnected_within_the_header_timeout() {
     let took = started.elapsed();
     assert!(closed, "a slowloris was still connected after {took:?}");
     assert!(took < Duration::from_secs(3), "closed only after {took:?}");
+    assert!(
+        metric_value(&app.ops, cut).await > before,
+        "{cut} not counted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
     let app = spawn_app_with("idle-keepalive", limits(30, 1, 60, 64)).await;
+    let cut = r#"hindsight_http_timeouts_total{listener="api",bound="idle"}"#;
+    let before = metric_value(&app.ops, cut).await;
     let mut stream = connect(&app.api).await;
     send_get(&mut stream, "/v1/health").await;
     assert_eq!(read_response(&mut stream).await, 200);
@@ -111,11 +121,17 @@ async fn idle_keep_alive_connection_is_closed_after_the_idle_timeout() {
         took >= Duration::from_millis(900) && took < Duration::from_secs(3),
         "closed after {took:?}, not about the 1 s idle timeout"
     );
+    assert!(
+        metric_value(&app.ops, cut).await > before,
+        "{cut} not counted"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stalled_request_body_is_answered_408_with_a_json_detail() {
     let app = spawn_app_with("stalled-body", limits(30, 30, 1, 64)).await;
+    let cut = r#"hindsight_http_timeouts_total{listener="ingest",bound="request"}"#;
+    let before = metric_value(&app.ops, cut).await;
     let mut stream = connect(&app.ingest).await;
     let head = format!(
         "POST /ingest/v1/events HTTP/1.1\r\nHost: t\r\nAuthorization: Bearer {INGEST_TOKEN}\r\nContent-Length: 1000\r\n\r\n{{\"kind\""
@@ -132,6 +148,10 @@ async fn stalled_request_body_is_answered_408_with_a_json_detail() {
     assert!(
         response.contains("application/json") && response.contains(r#"{"detail":"#),
         "{response}"
+    );
+    assert!(
+        metric_value(&app.ops, cut).await > before,
+        "{cut} not counted"
     );
 }
 
@@ -221,6 +241,10 @@ async fn a_full_public_listener_does_not_starve_the_ops_listener() {
     send_get(&mut over, "/v1/health").await;
     let answered = tokio::time::timeout(Duration::from_secs(1), read_response(&mut over)).await;
     assert!(answered.is_err(), "the public listener is over its cap");
+    // The ops listener shows the public one's open connections (at least
+    // the two held here; the one over the cap waits unaccepted).
+    let open = r#"hindsight_http_open_connections{listener="dev"}"#;
+    assert!(metric_value(&app.ops, open).await >= 2.0, "{open} below 2");
     let r = tokio::time::timeout(
         Duration::from_secs(5),
         client().get(format!("{}/metrics", app.ops)).send(),
