@@ -5,7 +5,10 @@
 #   validate compose/docker-compose.yml without a Docker engine);
 # - a JDK 17+ and Maven, for the real engines (scripts/engines.sh fetches
 #   Apache Kafka and Apache Cassandra jars from Maven Central once);
-# - python3-venv, for the official Python client check and schemathesis.
+# - python3-venv, for the official Python client check and schemathesis;
+# - Debian's wrk, for the load test (scripts/load-attack.sh);
+# - cargo-fuzz from crates.io into ~/.cargo/bin (once: an installed one of
+#   the pinned version is kept), for the fuzz targets (scripts/fuzz.sh).
 set -euo pipefail
 
 missing=()
@@ -14,10 +17,19 @@ command -v docker-compose >/dev/null || missing+=(docker-compose)
 command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || missing+=(maven)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+command -v wrk >/dev/null || missing+=(wrk)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "== installing ${missing[*]} (Debian packages)"
   sudo=""
   [ "$(id -u)" -eq 0 ] || sudo="sudo"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Pinned: `cargo fuzz` flags and output are what scripts/fuzz.sh reads.
+CARGO_FUZZ_VERSION=0.13.2
+export PATH="$HOME/.cargo/bin:$PATH"
+if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $CARGO_FUZZ_VERSION" ]; then
+  echo "== installing cargo-fuzz $CARGO_FUZZ_VERSION (crates.io, into ~/.cargo/bin)"
+  cargo install --locked --quiet "cargo-fuzz@$CARGO_FUZZ_VERSION"
 fi

@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Every test Hindsight has: formatting, lints, unit, integration and
 # end-to-end tests (which start the real binary, Apache Kafka, Apache
-# Cassandra and Prometheus on loopback ports), the official Python client and
-# schemathesis against a live server, and the deployment's configuration
-# checks. Tests that need an engine fail, not skip, when it is missing.
+# Cassandra and Prometheus on loopback ports), property tests, the fuzz
+# targets for a bounded time, the official Python client and schemathesis
+# against a live server, a load test under slowloris and slow readers, and
+# the deployment's configuration checks. Tests that need an engine fail, not
+# skip, when it is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$HOME/.cargo/bin:$PATH"
@@ -37,10 +39,14 @@ for pkg in hindsight-sqlite hindsight-scylla hindsight-kafka; do
   echo "-- $pkg"
   cargo test --locked -p "$pkg" --test conformance 2>&1 | grep -E "^test |^test result"
 done
+echo "== fuzz targets (libFuzzer via cargo fuzz, stable toolchain), ${FUZZ_SECONDS:-25} s each from their seed corpora"
+scripts/fuzz.sh
 echo "== compose and Prometheus configuration"
 docker-compose -f compose/docker-compose.yml config -q && echo "compose/docker-compose.yml: valid"
 promtool check config compose/prometheus/prometheus.yml
 promtool check rules compose/prometheus/alerts.yml
-echo "== official Python client and schemathesis against a live server: embedded, then distributed on the real engines"
+echo "== official Python client and schemathesis against a live server, seeded with a known dataset: embedded, then distributed on the real engines"
 tests/sdk/run.sh embedded
 tests/sdk/run.sh distributed
+echo "== load test: /v1/health beside slowloris and slow readers (the debug binary run.sh built)"
+scripts/load-attack.sh

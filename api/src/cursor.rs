@@ -183,12 +183,22 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
+/// The inverse of [`hex`], and only of it: pairs of lowercase digits. The
+/// MAC authenticates the bytes; this makes the text one-to-one with them, so
+/// only the exact text the API wrote is accepted, never another spelling of
+/// its bytes (`FF` or `+f` for `ff` or `0f`, as `from_str_radix` would take).
 fn unhex(text: &str) -> Option<Vec<u8>> {
-    if !text.len().is_multiple_of(2) || !text.is_ascii() {
+    let digit = |b: u8| match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
+    };
+    let pairs = text.as_bytes().chunks_exact(2);
+    if !pairs.remainder().is_empty() {
         return None;
     }
-    (0..text.len() / 2)
-        .map(|i| u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok())
+    pairs
+        .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
         .collect()
 }
 
@@ -234,6 +244,35 @@ mod tests {
         ] {
             assert_eq!(pager.history_from(bad), None, "{bad}");
         }
+    }
+
+    /// Found by the `cursor` fuzz target: `h1ffffFfff…` (one digit in
+    /// uppercase) decoded as the cursor `h1ffffffff…`. A signed cursor would
+    /// still verify so (the MAC is over the bytes): hex decodes only as
+    /// written.
+    #[test]
+    fn only_the_exact_text_written_decodes() {
+        let pager = Pager::new(keys(&[SECRET]), prices("t1", "1h"));
+        let c = pager.history(Timestamp(-1));
+        assert!(c.starts_with("h2ffff"), "{c}");
+        assert_eq!(pager.history_from(&c), Some(Timestamp(-1)));
+        let upper = format!("h2ffffF{}", &c[7..]);
+        assert_eq!(pager.history_from(&upper), None, "{upper}");
+        let all_upper = c.to_uppercase().replacen('H', "h", 1);
+        assert_eq!(pager.history_from(&all_upper), None, "{all_upper}");
+        // `+f` is 0x0f to from_str_radix.
+        let t = pager.history(Timestamp(15));
+        let plus = t.replacen("0f", "+f", 1);
+        assert_ne!(plus, t);
+        assert_eq!(pager.history_from(&plus), None, "{plus}");
+        let list = Pager::new(keys(&[SECRET]), Scope::new("/v1/series"));
+        let c = list.list(&ListCursor {
+            key: None,
+            id: "x".into(),
+        });
+        assert!(list.list_after(&c).is_some());
+        let upper = c.to_uppercase().replacen('L', "l", 1);
+        assert_eq!(list.list_after(&upper), None, "{upper}");
     }
 
     #[test]

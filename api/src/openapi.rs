@@ -5,7 +5,9 @@
 
 use crate::page;
 use crate::routes::{self, discovery, history};
+use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::header::HeaderBuilder;
+use utoipa::openapi::link::LinkBuilder;
 use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::openapi::{Object, RefOr, Required, ResponseBuilder, Type};
@@ -33,7 +35,7 @@ use utoipa::{Modify, OpenApi};
         history::market_books,
         history::token_books,
     ),
-    modifiers(&ApiKeyAuth, &Revalidation),
+    modifiers(&ApiKeyAuth, &Revalidation, &Links),
     security(("APIKeyHeader" = [])),
     tags(
         (name = "utility", description = "Health and usage"),
@@ -123,6 +125,133 @@ impl Modify for Revalidation {
             op.responses
                 .responses
                 .insert("304".into(), not_modified.into());
+        }
+    }
+}
+
+/// OpenAPI `links`: where the ids an answer carries can be used next (a
+/// listed market's detail and history, a market's tokens' history, an
+/// event's markets, a series' events). They document how the routes
+/// chain, and let stateful clients and testers (schemathesis) follow them.
+struct Links;
+
+/// `(from operation, link name, to operation, its parameter, JSON pointer
+/// into the `200` body)`: lists link their first item.
+const LINKS: [(&str, &str, &str, &str, &str); 14] = [
+    (
+        "list_series",
+        "events",
+        "list_events",
+        "series_id",
+        "/data/0/id",
+    ),
+    (
+        "list_events",
+        "markets",
+        "list_markets",
+        "event_id",
+        "/data/0/id",
+    ),
+    (
+        "list_markets",
+        "market",
+        "get_market",
+        "id_or_slug",
+        "/data/0/id",
+    ),
+    (
+        "list_markets",
+        "market_by_slug",
+        "get_market",
+        "id_or_slug",
+        "/data/0/slug",
+    ),
+    (
+        "list_markets",
+        "market_prices",
+        "market_prices",
+        "id_or_slug",
+        "/data/0/id",
+    ),
+    (
+        "list_markets",
+        "market_metrics",
+        "market_metrics",
+        "id_or_slug",
+        "/data/0/id",
+    ),
+    (
+        "list_markets",
+        "market_books",
+        "market_books",
+        "id_or_slug",
+        "/data/0/id",
+    ),
+    (
+        "list_markets",
+        "token_prices",
+        "token_prices",
+        "token_id",
+        "/data/0/tokens/0/id",
+    ),
+    (
+        "list_markets",
+        "token_books",
+        "token_books",
+        "token_id",
+        "/data/0/tokens/0/id",
+    ),
+    ("get_market", "prices", "market_prices", "id_or_slug", "/id"),
+    (
+        "get_market",
+        "metrics",
+        "market_metrics",
+        "id_or_slug",
+        "/id",
+    ),
+    ("get_market", "books", "market_books", "id_or_slug", "/id"),
+    (
+        "get_market",
+        "token_prices",
+        "token_prices",
+        "token_id",
+        "/tokens/0/id",
+    ),
+    (
+        "get_market",
+        "token_books",
+        "token_books",
+        "token_id",
+        "/tokens/0/id",
+    ),
+];
+
+impl Modify for Links {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let operations = doc
+            .paths
+            .paths
+            .values_mut()
+            .filter_map(|item| item.get.as_mut());
+        for operation in operations {
+            let Some(from) = operation.operation_id.as_deref() else {
+                continue;
+            };
+            let links = LINKS.iter().filter(|l| l.0 == from).collect::<Vec<_>>();
+            let Some(RefOr::T(ok)) = operation.responses.responses.get_mut("200") else {
+                continue;
+            };
+            for (_, name, to, parameter, pointer) in links {
+                // utoipa 5.5 writes `LinkBuilder::operation_id` as
+                // `operation_id`, not OpenAPI's `operationId`: the field
+                // goes in as an entry of the link's flattened extensions,
+                // under its OpenAPI name.
+                let link = LinkBuilder::new()
+                    .parameter(*parameter, format!("$response.body#{pointer}"))
+                    .extensions(Some(Extensions::from_iter([("operationId", *to)])))
+                    .build();
+                ok.links.insert(name.to_string(), link.into());
+            }
         }
     }
 }

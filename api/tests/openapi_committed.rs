@@ -37,3 +37,42 @@ fn document_is_openapi_3_1_version_0_1_1_with_every_spec_route() {
     }
     assert_eq!(paths.len(), 12);
 }
+
+#[test]
+fn every_link_names_an_operation_and_one_of_its_parameters() {
+    let doc: serde_json::Value =
+        serde_json::from_str(&hindsight_api::openapi::to_pretty_json()).unwrap();
+    let mut parameters = std::collections::BTreeMap::new();
+    for item in doc["paths"].as_object().unwrap().values() {
+        let op = &item["get"];
+        let names: Vec<String> = op["parameters"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|p| p["name"].as_str().unwrap().to_string())
+            .collect();
+        parameters.insert(op["operationId"].as_str().unwrap().to_string(), names);
+    }
+    let mut links = 0;
+    for item in doc["paths"].as_object().unwrap().values() {
+        let from = item["get"]["operationId"].as_str().unwrap();
+        let Some(found) = item["get"]["responses"]["200"]["links"].as_object() else {
+            continue;
+        };
+        for (name, link) in found {
+            let to = link["operationId"].as_str().unwrap();
+            let known = parameters
+                .get(to)
+                .unwrap_or_else(|| panic!("{from}.{name}: no operation {to}"));
+            for (parameter, value) in link["parameters"].as_object().unwrap() {
+                assert!(
+                    known.contains(parameter),
+                    "{from}.{name}: {to} has no {parameter}"
+                );
+                assert!(value.as_str().unwrap().starts_with("$response.body#/"));
+            }
+            links += 1;
+        }
+    }
+    assert!(links >= 10, "{links} links");
+}

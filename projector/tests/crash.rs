@@ -9,17 +9,18 @@
 //! wherever the scheduler lands; these hit every kind of step boundary on
 //! every run.
 
+mod common;
+
+use common::{all_keys, tables, Tables};
 use hindsight_contracts::conformance::log::sample_events;
 use hindsight_contracts::conformance::{self, T0};
 use hindsight_contracts::faults::{FaultyLog, FaultyStore, LogFault, StoreFault};
 use hindsight_contracts::{
-    AppendBatch, AppendOutcome, EventLog, Idempotency, Position, ProjectionStore, ReadStore, Row,
-    RowKey, Table,
+    AppendBatch, AppendOutcome, EventLog, Idempotency, ProjectionStore, ReadStore, RowKey, Table,
 };
 use hindsight_projector::{Projector, ProjectorConfig};
-use hindsight_schemas::{Event, MarketRecord, PriceTick, Resolution, Timestamp};
+use hindsight_schemas::{Event, PriceTick, Resolution, Timestamp};
 use hindsight_sqlite::{EmbeddedSource, SqliteLog, SqliteStore};
-use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -139,56 +140,6 @@ async fn project(
         store: store.clone(),
     });
     Projector::new(source, store, config()).catch_up().await
-}
-
-/// Every row any event can touch.
-fn all_keys(events: &[Event]) -> Vec<RowKey> {
-    let mut keys = BTreeSet::new();
-    for e in events {
-        let (table, id, ts) = match e {
-            Event::Price(p) => (Table::Prices, &p.token_id, p.ts),
-            Event::Book(b) => (Table::Books, &b.token_id, b.ts),
-            Event::Metrics(m) => (Table::Metrics, &m.market_id, m.ts),
-            _ => continue,
-        };
-        for res in Resolution::ALL {
-            keys.insert(RowKey {
-                table,
-                id: id.as_str().into(),
-                res,
-                bucket: res.bucket_start(ts),
-            });
-        }
-    }
-    keys.into_iter().collect()
-}
-
-/// Everything the read tables hold for `events`.
-#[derive(Debug, PartialEq)]
-struct Tables {
-    rows: Vec<Row>,
-    committed: Vec<Position>,
-    catalog: Vec<String>,
-    markets: Vec<Option<MarketRecord>>,
-}
-
-async fn tables(store: &SqliteStore, events: &[Event]) -> Tables {
-    let mut rows = store.load(all_keys(events)).await.unwrap();
-    rows.sort_by(|a, b| a.key.cmp(&b.key));
-    let (changes, _) = store.catalog_changes(None).await.unwrap();
-    let mut catalog: Vec<String> = changes.iter().map(|e| format!("{e:?}")).collect();
-    catalog.sort();
-    let ids: BTreeSet<&str> = events.iter().map(Event::key).collect();
-    let mut markets = Vec::new();
-    for id in ids {
-        markets.push(store.market(id).await.unwrap());
-    }
-    Tables {
-        rows,
-        committed: store.committed().await.unwrap(),
-        catalog,
-        markets,
-    }
 }
 
 /// The log of `events` in `dir`, and the tables of one clean pass over it.

@@ -13,12 +13,26 @@
 //! `schemas/tests/codec_fixture.rs` decodes frozen bytes of every kind.
 
 use crate::event::*;
-use bincode::config::{self, Configuration};
+use bincode::config::{self, Configuration, LittleEndian, Varint};
 
 /// The version [`encode`] writes.
 pub const FORMAT_VERSION: u8 = 1;
 
 const CONFIG: Configuration = config::standard();
+
+/// Most bytes the strings and lists of one body may claim while it is
+/// decoded. bincode allocates a string or list as long as its length prefix
+/// says before reading any of it: without a limit, a damaged prefix
+/// (2^45, say) is an allocation failure that aborts the process — a
+/// projector meeting a corrupt record would die on it at every restart
+/// instead of counting and skipping it. 1 GiB is far above any valid
+/// event: a list claims at most 48 bytes per item, so with the default
+/// 64 MiB ingest body no event claims more than about 150 MB. Limits
+/// change no byte of the format.
+pub const DECODE_LIMIT: usize = 1 << 30;
+
+const DECODE_CONFIG: Configuration<LittleEndian, Varint, config::Limit<DECODE_LIMIT>> =
+    CONFIG.with_limit::<DECODE_LIMIT>();
 
 #[derive(Debug, thiserror::Error, PartialEq)]
 pub enum DecodeError {
@@ -78,7 +92,7 @@ fn body_v1<T: bincode::Decode<()>>(kind: EventKind, body: &[u8]) -> Result<T, De
         reason,
     };
     let (value, used) =
-        bincode::decode_from_slice(body, CONFIG).map_err(|e| corrupt(e.to_string()))?;
+        bincode::decode_from_slice(body, DECODE_CONFIG).map_err(|e| corrupt(e.to_string()))?;
     if used != body.len() {
         return Err(corrupt(format!("{} trailing bytes", body.len() - used)));
     }
@@ -110,5 +124,62 @@ mod tests {
         let mut long = bytes.clone();
         long.push(0);
         assert!(matches!(decode(&long), Err(DecodeError::Body { .. })));
+    }
+
+    /// Found by the `envelope` fuzz target: a book whose second string
+    /// length prefix reads 56 TB made bincode allocate it, and the process
+    /// abort.
+    #[test]
+    fn a_huge_length_prefix_is_a_decode_error_not_an_allocation() {
+        let crash = [
+            1, 2, 2, 109, 49, 5, 1, 116, 45, 121, 101, 115, 253, 86, 139, 38, 5, 50, 3, 0, 0, 2,
+            61, 10, 215, 163, 112, 61, 218, 63, 0, 0, 0, 0, 0, 0, 89, 64, 154, 153, 153, 153, 153,
+            153, 217, 63, 0, 0, 0, 0, 0, 0, 32, 32, 32, 32, 32, 4, 1, 32, 32, 32, 32, 32, 32, 226,
+        ];
+        assert!(matches!(decode(&crash), Err(DecodeError::Body { .. })));
+        // A string claiming u64::MAX bytes, and a list of u64::MAX levels
+        // (varint 253: a u64 follows).
+        let mut string = vec![FORMAT_VERSION, EventKind::Price as u8, 253];
+        string.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(matches!(decode(&string), Err(DecodeError::Body { .. })));
+        let mut levels = vec![
+            FORMAT_VERSION,
+            EventKind::Book as u8,
+            1,
+            b'm',
+            1,
+            b't',
+            0,
+            253,
+        ];
+        levels.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert!(matches!(decode(&levels), Err(DecodeError::Body { .. })));
+    }
+
+    #[test]
+    fn the_decode_limit_leaves_room_for_the_largest_valid_events() {
+        let token = |i: usize| Token {
+            id: format!("token-{i}"),
+            label: format!("label-{i}"),
+        };
+        // 500 000 tokens: a market record far beyond real ones, whose
+        // token list claims 24 MB.
+        let market = Event::Market(MarketRecord {
+            id: "m".into(),
+            slug: "m".into(),
+            event_id: None,
+            question: None,
+            description: Some("d".repeat(crate::wire::MAX_TEXT_LEN)),
+            status: "open".into(),
+            start_date: None,
+            end_date: None,
+            closed_at: None,
+            resolved_token_id: None,
+            resolved_token_label: None,
+            tokens: (0..500_000).map(token).collect(),
+            created_at: Timestamp(0),
+            updated_at: Timestamp(0),
+        });
+        assert_eq!(decode(&encode(&market)), Ok(market));
     }
 }

@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs the official Python client (tests/sdk/check_official_client.py) and
-# schemathesis against a live Hindsight on loopback ports, in one of two
-# deployments:
+# schemathesis (over the dataset and configuration in tests/sdk/schemathesis/)
+# against a live Hindsight on loopback ports, and prints how many cases
+# schemathesis ran on each operation and what they were answered. In one of
+# two deployments:
 #
 #   tests/sdk/run.sh embedded      `hindsight dev`: one process, local files
 #   tests/sdk/run.sh distributed   every service its own process on the real
@@ -12,7 +14,8 @@
 #
 # In the distributed deployment the client seeds through one ingest replica
 # and reads through one API replica while schemathesis probes the other, so
-# keys, plans and rate limits must hold across replicas.
+# keys, plans and rate limits must hold across replicas; schemathesis's
+# dataset goes through the other ingest replica.
 #
 # Python packages live in a virtualenv reused across runs
 # ($HINDSIGHT_VENV, default ~/.cache/hindsight-venv).
@@ -77,7 +80,7 @@ embedded)
   done
   [ -n "$api_url" ] || { echo "hindsight dev did not start"; cat "$work/dev.err"; exit 1; }
   export HINDSIGHT_URL="$api_url" HINDSIGHT_INGEST_URL="$api_url"
-  probe_url="$api_url"
+  probe_url="$api_url" seed_ingest_url="$api_url"
   ;;
 distributed)
   : "${HINDSIGHT_KAFKA_BROKERS:?start the engines first: eval \"\$(scripts/engines.sh start)\"}"
@@ -106,6 +109,7 @@ distributed)
   done
   # Plain assignments, so that a service that did not start ends the run.
   HINDSIGHT_INGEST_URL="$(listening "$work/ingest-1.err")"
+  seed_ingest_url="$(listening "$work/ingest-0.err")"
   HINDSIGHT_URL="$(listening "$work/api-0.err")"
   probe_url="$(listening "$work/api-1.err")"
   export HINDSIGHT_INGEST_URL HINDSIGHT_URL
@@ -124,9 +128,20 @@ echo "== official client (polymarketdata-sdk), $deployment deployment: API $HIND
 "$venv/bin/python" tests/sdk/check_official_client.py
 
 echo "== schemathesis, $deployment deployment, against $probe_url/openapi.json"
+# Known data first: tests/sdk/schemathesis/schemathesis.toml draws path ids,
+# filters and time ranges from the ids and times of dataset.ndjson, so that
+# generated requests reach the detail and history handlers with data. Fed
+# through ingest, and served by the API replica schemathesis probes.
+st=tests/sdk/schemathesis
+"$venv/bin/python" "$st/support.py" seed "$seed_ingest_url" "$probe_url" "$st/dataset.ndjson"
 # No 5xx and no response that violates the document. (Schema-valid requests
 # may still be refused: the document cannot express start_ts <= end_ts.)
-"$venv/bin/schemathesis" run "$probe_url/openapi.json" \
+status=0
+"$venv/bin/schemathesis" --config-file "$st/schemathesis.toml" run "$probe_url/openapi.json" \
   --header "X-API-Key: $HINDSIGHT_KEY_ENTERPRISE" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \
-  --max-examples 100 --generation-deterministic --no-color
+  --max-examples 100 --generation-deterministic --no-color \
+  --report ndjson --report-ndjson-path "$work/schemathesis.ndjson" || status=$?
+echo "== schemathesis coverage, $deployment deployment: cases per operation"
+"$venv/bin/python" "$st/support.py" report "$work/schemathesis.ndjson" api/openapi.json || status=1
+exit "$status"

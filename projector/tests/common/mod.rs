@@ -1,0 +1,64 @@
+//! What the projector's integration tests share: every row a log can touch,
+//! and a snapshot of the read tables to compare projections by.
+
+use hindsight_contracts::{Position, ProjectionStore, ReadStore, Row, RowKey, Table};
+use hindsight_schemas::{Event, MarketRecord, Resolution};
+use hindsight_sqlite::SqliteStore;
+use std::collections::BTreeSet;
+
+/// The bucket row an event feeds at `res`, if it feeds one.
+pub fn row_key(event: &Event, res: Resolution) -> Option<RowKey> {
+    let (table, id, ts) = match event {
+        Event::Price(p) => (Table::Prices, &p.token_id, p.ts),
+        Event::Book(b) => (Table::Books, &b.token_id, b.ts),
+        Event::Metrics(m) => (Table::Metrics, &m.market_id, m.ts),
+        _ => return None,
+    };
+    Some(RowKey {
+        table,
+        id: id.as_str().into(),
+        res,
+        bucket: res.bucket_start(ts),
+    })
+}
+
+/// Every row any event can touch.
+pub fn all_keys(events: &[Event]) -> Vec<RowKey> {
+    let keys: BTreeSet<RowKey> = events
+        .iter()
+        .flat_map(|e| {
+            Resolution::ALL
+                .into_iter()
+                .filter_map(|res| row_key(e, res))
+        })
+        .collect();
+    keys.into_iter().collect()
+}
+
+/// Everything the read tables hold for `events`.
+#[derive(Debug, PartialEq)]
+pub struct Tables {
+    pub rows: Vec<Row>,
+    pub committed: Vec<Position>,
+    pub catalog: Vec<String>,
+    pub markets: Vec<Option<MarketRecord>>,
+}
+
+pub async fn tables(store: &SqliteStore, events: &[Event]) -> Tables {
+    let mut rows = store.load(all_keys(events)).await.unwrap();
+    rows.sort_by(|a, b| a.key.cmp(&b.key));
+    let (changes, _) = store.catalog_changes(None).await.unwrap();
+    let mut catalog: Vec<String> = changes.iter().map(|e| format!("{e:?}")).collect();
+    catalog.sort();
+    let ids: BTreeSet<&str> = events.iter().map(Event::key).collect();
+    let mut markets = Vec::new();
+    for id in ids {
+        markets.push(store.market(id).await.unwrap());
+    }
+    Tables {
+        rows,
+        committed: store.committed().await.unwrap(),
+        catalog,
+        markets,
+    }
+}

@@ -1,0 +1,123 @@
+"""What tests/sdk/run.sh does around schemathesis.
+
+  support.py seed INGEST API DATASET
+                                 feeds DATASET (NDJSON) through the ingest
+                                 service at INGEST and waits until the API
+                                 at API serves all of it
+  support.py report NDJSON       prints, per operation, the cases schemathesis
+                                 ran and the statuses they got (from its
+                                 `--report ndjson` events); fails when an
+                                 operation never got a 2xx answer, i.e. never
+                                 reached its handler's data
+
+Environment: HINDSIGHT_INGEST_TOKEN, HINDSIGHT_KEY_ENTERPRISE.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import sys
+import time
+from collections import Counter, defaultdict
+from urllib.parse import urlsplit
+
+import httpx
+
+
+def seed(ingest: str, url: str, dataset: str) -> None:
+    with open(dataset, "rb") as f:
+        body = f.read()
+    lines = [json.loads(line) for line in body.splitlines() if line.strip()]
+    r = httpx.post(
+        f"{ingest}/ingest/v1/events",
+        content=body,
+        headers={"Authorization": f"Bearer {os.environ['HINDSIGHT_INGEST_TOKEN']}"},
+        timeout=60,
+    )
+    answer = r.json()
+    if r.status_code != 200 or answer["accepted"] != len(lines) or answer["rejected_count"]:
+        sys.exit(f"seeding {dataset}: {r.status_code} {r.text}")
+    # Projected and in the API's catalog: every market answers, and every
+    # token serves as many price and book points as the dataset holds.
+    points: dict[tuple[str, str], set[int]] = defaultdict(set)
+    markets = [line["id"] for line in lines if line["kind"] == "market"]
+    for line in lines:
+        if line["kind"] in ("price", "book"):
+            points[(line["kind"], line["token_id"])].add(line["ts"] // 60 * 60)
+    start, end = min(min(v) for v in points.values()), max(max(v) for v in points.values()) + 60
+    headers = {"X-API-Key": os.environ["HINDSIGHT_KEY_ENTERPRISE"]}
+
+    def served() -> bool:
+        for market in markets:
+            if httpx.get(f"{url}/v1/markets/{market}", headers=headers).status_code != 200:
+                return False
+        for (kind, token), minutes in points.items():
+            route = "prices" if kind == "price" else "books"
+            r = httpx.get(
+                f"{url}/v1/tokens/{token}/{route}",
+                params={"start_ts": start, "end_ts": end, "resolution": "1m", "limit": 200},
+                headers=headers,
+            )
+            if r.status_code != 200 or len(r.json()["data"]) != len(minutes):
+                return False
+        return True
+
+    # The distributed deployment projects through Kafka into Cassandra.
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if served():
+            print(f"seeded {len(lines)} events of {dataset}: {len(markets)} markets, "
+                  f"{len({t for _, t in points})} tokens, served")
+            return
+        time.sleep(0.1)
+    sys.exit(f"{dataset} was accepted but not served within 60 s")
+
+
+def report(path: str, spec: str) -> None:
+    """Per operation: cases and statuses. `spec` is the OpenAPI document,
+    whose paths name the operations (request paths are matched to them)."""
+    with open(spec) as f:
+        document = json.load(f)
+    templates = []
+    for template, item in document["paths"].items():
+        pattern = "^" + re.sub(r"\\\{[^}]+\\\}", "[^/]+", re.escape(template)) + "$"
+        for method, op in item.items():
+            templates.append((re.compile(pattern), method.upper(), op["operationId"]))
+    statuses: dict[str, Counter] = {op: Counter() for _, _, op in templates}
+    phases: dict[str, Counter] = {op: Counter() for _, _, op in templates}
+    with open(path) as f:
+        for line in f:
+            event = json.loads(line)
+            finished = event.get("ScenarioFinished")
+            if not finished:
+                continue
+            phase = finished.get("phase", "?")
+            for interaction in finished["recorder"].get("interactions", {}).values():
+                request = interaction["request"]
+                route = urlsplit(request["uri"]).path
+                op = next((o for p, m, o in templates if m == request["method"] and p.match(route)), None)
+                if op is None:
+                    continue
+                response = interaction.get("response") or {}
+                statuses[op][response.get("status_code", "no answer")] += 1
+                phases[op][phase] += 1
+    print(f"{'operation':<16} {'cases':>6}  by phase / by status")
+    unreached = []
+    for op in sorted(statuses):
+        total = sum(statuses[op].values())
+        by_phase = ", ".join(f"{p} {n}" for p, n in sorted(phases[op].items()))
+        by_status = ", ".join(f"{s}: {n}" for s, n in sorted(statuses[op].items(), key=str))
+        print(f"{op:<16} {total:>6}  {by_phase} / {by_status}")
+        if not any(isinstance(s, int) and 200 <= s < 300 for s in statuses[op]):
+            unreached.append(op)
+    print(f"{len(statuses) - len(unreached)} of {len(statuses)} operations answered 2xx, "
+          f"{sum(sum(c.values()) for c in statuses.values())} cases in all")
+    if unreached:
+        sys.exit(f"never answered 2xx (the dataset or schemathesis.toml no longer reach them): {unreached}")
+
+
+if __name__ == "__main__":
+    command, *args = sys.argv[1:]
+    {"seed": seed, "report": report}[command](*args)
