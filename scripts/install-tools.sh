@@ -5,8 +5,13 @@
 #   validate compose/docker-compose.yml without a Docker engine);
 # - a JDK 17+ and Maven, for the real engines (scripts/engines.sh fetches
 #   Apache Kafka and Apache Cassandra jars from Maven Central once);
-# - python3-venv, for the official Python client check and schemathesis.
+# - python3-venv, for the official Python client check and schemathesis;
+# - for the benchmarks: Debian's nginx (the static-file anchor of
+#   `hindsight-bench api`), and DuckDB and chdb (the anchors of
+#   `hindsight-bench shapes`, bench/requirements.txt) in the virtualenv the
+#   Python checks share ($HINDSIGHT_VENV, default ~/.cache/hindsight-venv).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 missing=()
 command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
@@ -14,6 +19,7 @@ command -v docker-compose >/dev/null || missing+=(docker-compose)
 command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || missing+=(maven)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
+[ -x /usr/sbin/nginx ] || missing+=(nginx)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "== installing ${missing[*]} (Debian packages)"
   sudo=""
@@ -21,3 +27,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
+
+venv="${HINDSIGHT_VENV:-$HOME/.cache/hindsight-venv}"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r bench/requirements.txt
