@@ -54,6 +54,7 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
     let dir = std::env::temp_dir().join(format!("hindsight-bench-shapes-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
+    let _scratch = Scratch(dir.clone());
     let script = dir.join("shapes.py");
     std::fs::write(&script, SCRIPT)?;
     let versions = String::from_utf8(
@@ -90,8 +91,17 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
         compare(&bin, &python, &script, &work, shape)?;
         std::fs::remove_dir_all(&work)?;
     }
-    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
+}
+
+/// The run's directory, removed however the run ends (a failed check
+/// leaves hundreds of MB otherwise).
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
 }
 
 fn compare(
