@@ -8,8 +8,13 @@
 # - python3-venv, for the official Python client check and schemathesis;
 # - Debian's wrk, for the load test (scripts/load-attack.sh);
 # - cargo-fuzz from crates.io into ~/.cargo/bin (once: an installed one of
-#   the pinned version is kept), for the fuzz targets (scripts/fuzz.sh).
+#   the pinned version is kept), for the fuzz targets (scripts/fuzz.sh);
+# - for the benchmarks: Debian's nginx (the static-file anchor of
+#   `hindsight-bench api`), and DuckDB and chdb (the anchors of
+#   `hindsight-bench shapes`, bench/requirements.txt) in the virtualenv the
+#   Python checks share ($HINDSIGHT_VENV, default ~/.cache/hindsight-venv).
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 missing=()
 command -v promtool >/dev/null && command -v prometheus >/dev/null || missing+=(prometheus)
@@ -18,6 +23,7 @@ command -v javac >/dev/null || missing+=(openjdk-17-jdk-headless)
 command -v mvn >/dev/null || missing+=(maven)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 command -v wrk >/dev/null || missing+=(wrk)
+[ -x /usr/sbin/nginx ] || missing+=(nginx)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "== installing ${missing[*]} (Debian packages)"
   sudo=""
@@ -33,3 +39,7 @@ if [ "$(cargo fuzz --version 2>/dev/null)" != "cargo-fuzz $CARGO_FUZZ_VERSION" ]
   echo "== installing cargo-fuzz $CARGO_FUZZ_VERSION (crates.io, into ~/.cargo/bin)"
   cargo install --locked --quiet "cargo-fuzz@$CARGO_FUZZ_VERSION"
 fi
+
+venv="${HINDSIGHT_VENV:-$HOME/.cache/hindsight-venv}"
+[ -x "$venv/bin/python" ] || python3 -m venv "$venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check -r bench/requirements.txt

@@ -1,10 +1,12 @@
 //! The API under load: a separate `hindsight api` process over a store of
 //! 100 000 markets, driven over loopback by this process. Each route is
 //! measured next to a hello-world route of the same server (`/livez`) in
-//! the same run; the API process's peak RSS is read from /proc.
+//! the same run, and the 200-point page next to nginx serving its bytes as
+//! a static file; the API process's peak RSS is read from /proc.
 //!
 //! Needs the release binary next to this one: `cargo build --release`.
 
+use crate::nginx::Nginx;
 use hindsight::app::Embedded;
 use hindsight_api::keys;
 use hindsight_contracts::AuthStore;
@@ -240,19 +242,47 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
         "   {:<40} {:>10} {:>9} {:>9} {:>9}",
         "route", "req/s", "p50 ms", "p99 ms", "x hello"
     );
-    for (name, path) in routes {
-        let f = load(&client, &format!("{base}{path}"), 8, secs).await;
-        if hello == 0.0 {
-            hello = f.rps;
-        }
+    let show = |name: &str, f: &Figures, hello: f64| {
         println!(
             "   {name:<40} {:>10.0} {:>9.2} {:>9.2} {:>9.2}",
             f.rps,
             f.p50,
             f.p99,
             f.rps / hello
-        );
+        )
+    };
+    let page_url = format!("{base}{}", routes[1].1);
+    let mut page = None;
+    for (name, path) in routes {
+        let url = format!("{base}{path}");
+        let f = load(&client, &url, 8, secs).await;
+        if hello == 0.0 {
+            hello = f.rps;
+        }
+        show(name, &f, hello);
+        if url == page_url {
+            page = Some(f);
+        }
     }
+    let page = page.expect("the 200-point page is measured");
+    // The anchor: the same page's bytes as a static file from nginx.
+    let body = client
+        .get(&page_url)
+        .header("X-API-Key", KEY)
+        .send()
+        .await?
+        .bytes()
+        .await?;
+    let nginx = Nginx::serve(&client, &body).await?;
+    let f = load(&client, &nginx.url, 8, secs).await;
+    drop(nginx);
+    show("nginx, the 200-point page as a file", &f, hello);
+    println!(
+        "   200-point page / nginx: req/s {:.2}x, p99 {:.2}x ({} bytes)",
+        page.rps / f.rps,
+        page.p99 / f.p99,
+        body.len()
+    );
     println!(
         "   peak RSS of the API process: {:.0} MB",
         peak_rss_mb(server.0.id())

@@ -18,12 +18,13 @@
 //! (`cargo build --release`).
 
 use crate::api::{load, project_with_key, Server, KEY};
+use crate::shape::{dense, long_tail, Shape, DAY};
 use hindsight::app::Embedded;
 use hindsight_api::keys;
 use hindsight_contracts::{AppendBatch, AuthStore, ConsumerSource, EventLog};
 use hindsight_kafka::{KafkaConfig, KafkaLog, KafkaSource};
 use hindsight_projector::{Projector, ProjectorConfig};
-use hindsight_schemas::{codec, wire, Event, Timestamp};
+use hindsight_schemas::codec;
 use hindsight_scylla::{ScyllaConfig, ScyllaStore};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use std::process::{Command, Stdio};
@@ -31,7 +32,6 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 const TOKEN: &str = "bench-ingest-token";
-const DAY: i64 = 1_756_684_800;
 
 fn required(var: &str) -> anyhow::Result<String> {
     std::env::var(var).map_err(|_| {
@@ -46,93 +46,6 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
         .enable_all()
         .build()?
         .block_on(run_async(quick))
-}
-
-/// A data shape: NDJSON batches (catalog first, then ticks in time order).
-struct Shape {
-    name: String,
-    bodies: Vec<String>,
-}
-
-fn market_line(m: &str) -> String {
-    format!(
-        r#"{{"kind":"market","id":"{m}","slug":"{m}-slug","question":"Will {m} happen?","status":"open","tokens":[{{"id":"{m}-yes","label":"Yes"}},{{"id":"{m}-no","label":"No"}}],"updated_at":"2025-08-15T00:00:00Z"}}"#
-    )
-}
-
-fn tick_line(m: &str, side: &str, ts: i64, p: f64) -> String {
-    format!(r#"{{"kind":"price","market_id":"{m}","token_id":"{m}-{side}","ts":{ts},"p":{p}}}"#)
-}
-
-/// Splits lines into bodies of at most `per` lines.
-fn bodies(lines: Vec<String>, per: usize) -> Vec<String> {
-    lines.chunks(per).map(|c| c.join("\n") + "\n").collect()
-}
-
-/// 10 000 markets (20 000 tokens) over one day; token activity follows a
-/// Zipf-like law (weight 1/rank), so a few tokens trade every few seconds
-/// and most a handful of times a day.
-fn long_tail(prefix: &str, ticks: usize) -> Shape {
-    let markets = 10_000;
-    let tokens = markets * 2;
-    // Inverse CDF of weights 1/(rank+1), sampled by a fixed LCG.
-    let cdf: Vec<f64> = (0..tokens)
-        .scan(0.0, |acc, r| {
-            *acc += 1.0 / (r as f64 + 1.0);
-            Some(*acc)
-        })
-        .collect();
-    let total = *cdf.last().unwrap();
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
-    let mut lines: Vec<String> = (0..markets)
-        .map(|m| market_line(&format!("{prefix}{m}")))
-        .collect();
-    for n in 0..ticks {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let u = (state >> 11) as f64 / (1u64 << 53) as f64 * total;
-        let token = cdf.partition_point(|&c| c < u).min(tokens - 1);
-        let ts = DAY + (n as i64 * 86_400) / ticks as i64;
-        let p = ((n * 7919) % 1000) as f64 / 1000.0;
-        let side = if token % 2 == 0 { "yes" } else { "no" };
-        lines.push(tick_line(&format!("{prefix}{}", token / 2), side, ts, p));
-    }
-    Shape {
-        name: "long tail: 20 000 tokens, 1 day, Zipf activity".into(),
-        bodies: bodies(lines, 10_000),
-    }
-}
-
-/// 25 markets (50 tokens), each token a tick every `every` seconds for four
-/// hours: 240 one-minute buckets per token, the page the API section reads.
-fn dense(prefix: &str, every: i64) -> Shape {
-    let markets = 25;
-    let mut lines: Vec<String> = (0..markets)
-        .map(|m| market_line(&format!("{prefix}{m}")))
-        .collect();
-    for s in (0..4 * 3600).step_by(every as usize) {
-        for m in 0..markets {
-            for side in ["yes", "no"] {
-                let p = (((s as usize) * 31 + m * 7) % 1000) as f64 / 1000.0;
-                lines.push(tick_line(&format!("{prefix}{m}"), side, DAY + s, p));
-            }
-        }
-    }
-    Shape {
-        name: format!("dense: 50 tokens, 4 h, a tick every {every} s each"),
-        bodies: bodies(lines, 10_000),
-    }
-}
-
-fn events_of(shape: &Shape) -> Vec<Event> {
-    let now = Timestamp::now();
-    shape
-        .bodies
-        .iter()
-        .flat_map(|b| b.lines())
-        .map(|l| wire::parse_line(l, now).expect("bench lines are valid"))
-        .collect()
 }
 
 async fn run_async(quick: bool) -> anyhow::Result<()> {
@@ -166,7 +79,10 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
         write_concurrency: 64,
     };
     let (tail_ticks, every) = if quick { (100_000, 8) } else { (400_000, 2) };
-    let shapes = [long_tail("lt", tail_ticks), dense("dn", every)];
+    let shapes = [
+        long_tail("lt", 10_000, tail_ticks),
+        dense("dn", 25, every, 4),
+    ];
 
     println!(
         "== Engines (Apache Kafka at {brokers}, 6 partitions; Apache Cassandra at {nodes}, one node, consistency ONE)"
@@ -196,7 +112,8 @@ async fn ingest_vs_raw(
 ) -> anyhow::Result<()> {
     hindsight_kafka::topics::init(raw).await?;
     hindsight_kafka::topics::init(cfg).await?;
-    let records: Vec<(String, Vec<u8>)> = events_of(shape)
+    let records: Vec<(String, Vec<u8>)> = shape
+        .events()
         .iter()
         .map(|e| (e.key().to_string(), codec::encode(e)))
         .collect();
@@ -245,7 +162,7 @@ async fn ingest_vs_raw(
     let url = format!("http://{}/ingest/v1/events", listener.local_addr()?);
     tokio::spawn(async move { axum::serve(listener, router).await });
     let started = Instant::now();
-    crate::send_all(&url, TOKEN, shape.bodies.clone(), 8).await?;
+    crate::send_all(&url, TOKEN, shape.bodies(10_000), 8).await?;
     let ingest = records.len() as f64 / started.elapsed().as_secs_f64();
     println!(
         "   ingest, {} events of the long-tail shape in 10 000-line batches:",
@@ -269,7 +186,7 @@ async fn project(
     hindsight_kafka::topics::init(kafka).await?;
     ScyllaStore::migrate(cql).await?;
     let log = KafkaLog::new(kafka.clone(), None, Duration::from_secs(60))?;
-    let events = events_of(shape);
+    let events = shape.events();
     let total = events.len();
     for chunk in events.chunks(20_000) {
         log.append(AppendBatch {
@@ -313,7 +230,7 @@ async fn pages(
     quick: bool,
 ) -> anyhow::Result<()> {
     let embedded_dir = dir.join("embedded");
-    project_with_key(&Embedded::open(&embedded_dir)?, events_of(shape)).await?;
+    project_with_key(&Embedded::open(&embedded_dir)?, shape.events()).await?;
 
     let path = format!(
         "/v1/tokens/dn0-yes/prices?start_ts={DAY}&end_ts={}&resolution=1m&limit=200",

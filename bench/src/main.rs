@@ -1,23 +1,34 @@
 //! `cargo run --release -p hindsight-bench -- pipeline`
 //!
-//! Prints measured figures; asserts nothing. Sections:
+//! Prints measured figures; checks only that systems compared side by side
+//! hold the same data. Sections:
 //! - `rollup`: the rollup engine's ticks/s on one core into all resolutions;
 //! - `pipeline`: embedded end-to-end events/s from HTTP ingest to durable
 //!   buckets, the delay from ingest acknowledgement to visibility in `/v1`
 //!   (p50/p99), and peak RSS;
 //! - `api`: req/s and p50/p99 of history pages and a search over 100 000
-//!   markets next to a hello-world route, and the API process's peak RSS
-//!   (needs `cargo build --release` first, for the `hindsight` binary);
+//!   markets next to a hello-world route, the 200-point page next to
+//!   Debian's nginx serving the same bytes as a static file, and the API
+//!   process's peak RSS (needs `cargo build --release` first, for the
+//!   `hindsight` binary, and `scripts/install-tools.sh` for nginx);
 //! - `engines`: the distributed deployment on Apache Kafka and Apache
 //!   Cassandra: HTTP ingest → Kafka next to a raw rdkafka producer,
 //!   projector Kafka → Cassandra on a long-tail and a dense shape, and a
 //!   200-point page from Cassandra next to the embedded store (needs
-//!   `eval "$(scripts/engines.sh start)"` and `cargo build --release`).
+//!   `eval "$(scripts/engines.sh start)"` and `cargo build --release`);
+//! - `shapes`: `hindsight backfill` + `rebuild` of a long-tail and a dense
+//!   file of ticks next to DuckDB and ClickHouse (chdb) rolling the same
+//!   file into the same buckets: seconds, bytes on disk, ratios, after
+//!   checking the three agree (needs `cargo build --release` and the
+//!   virtualenv `scripts/install-tools.sh` fills).
 
 mod api;
 mod engines;
+mod nginx;
 mod pipeline;
 mod rollup;
+mod shape;
+mod shapes;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -39,6 +50,9 @@ fn main() -> anyhow::Result<()> {
     }
     if all || which.contains(&"engines") {
         engines::run(quick)?;
+    }
+    if all || which.contains(&"shapes") {
+        shapes::run(quick)?;
     }
     println!("peak RSS of this process: {:.0} MB", peak_rss_mb());
     Ok(())

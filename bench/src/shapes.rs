@@ -1,0 +1,366 @@
+//! Hindsight next to DuckDB and ClickHouse on the same files, in the same
+//! run: each shape is written as one NDJSON file (the ingest wire format),
+//! then rolled into durable buckets of every resolution by
+//!
+//! - Hindsight: `hindsight backfill` into a fresh embedded data directory
+//!   (validated, durably logged), then `hindsight rebuild` (the log replayed
+//!   into the buckets `/v1` reads), each its own process, timed apart;
+//! - DuckDB (`read_json`, one `GROUP BY` table per resolution, checkpointed)
+//!   and ClickHouse (chdb, one MergeTree table per resolution), through
+//!   `bench/shapes.py` in the virtualenv `scripts/install-tools.sh` fills.
+//!
+//! Bytes are what the files occupy on disk afterwards. Before any figure
+//! is printed the three must agree: rows and ticks per resolution, and the
+//! busiest token's 1h averages, read back through Hindsight's read store.
+//!
+//! Needs the release binary (`cargo build --release`).
+
+use crate::shape::{dense, long_tail, spaced, Shape, DAY};
+use hindsight_contracts::{Range, ReadStore};
+use hindsight_schemas::{Resolution, Timestamp};
+use hindsight_sqlite::SqliteStore;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+const SCRIPT: &str = include_str!("../shapes.py");
+
+/// What an engine left behind and how the checks read it back.
+struct Answer {
+    secs: f64,
+    bytes: u64,
+    /// Per resolution: bucket rows, ticks they hold.
+    rows: BTreeMap<String, (u64, u64)>,
+    busiest: String,
+    /// The busiest token's 1h buckets: start (ms), average.
+    hourly: Vec<(i64, f64)>,
+}
+
+pub fn run(quick: bool) -> anyhow::Result<()> {
+    let bin = std::env::current_exe()?.with_file_name("hindsight");
+    anyhow::ensure!(
+        bin.exists(),
+        "{} is missing: run `cargo build --release` first",
+        bin.display()
+    );
+    let venv = std::env::var_os("HINDSIGHT_VENV")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default())
+                .join(".cache/hindsight-venv")
+        });
+    let python = venv.join("bin/python");
+    let dir = std::env::temp_dir().join(format!("hindsight-bench-shapes-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir)?;
+    let _scratch = Scratch(dir.clone());
+    let script = dir.join("shapes.py");
+    std::fs::write(&script, SCRIPT)?;
+    let versions = String::from_utf8(
+        Command::new(&python)
+            .args([
+                "-c",
+                "import duckdb, chdb; print(duckdb.__version__, chdb.__version__)",
+            ])
+            .output()
+            .map_err(|e| anyhow::anyhow!("{}: {e}", python.display()))?
+            .stdout,
+    )?;
+    let Some((duckdb_version, chdb_version)) = versions.trim().split_once(' ') else {
+        anyhow::bail!(
+            "duckdb and chdb are not importable from {}: run scripts/install-tools.sh",
+            python.display()
+        );
+    };
+
+    // The long tail of the issue; a dense shape of the same size order.
+    let (tail_ticks, every) = if quick { (200_000, 8) } else { (2_000_000, 1) };
+    let shapes = [
+        ("long-tail", long_tail("lt", 1_000, tail_ticks)),
+        ("dense", dense("dn", 10, every, 24)),
+    ];
+    println!(
+        "== Shapes: one NDJSON file each, rolled into durable buckets of {} resolutions; \
+         Hindsight (backfill, then rebuild) next to DuckDB {duckdb_version} and ClickHouse (chdb {chdb_version}) on the same file",
+        Resolution::ALL.len()
+    );
+    for (key, shape) in &shapes {
+        let work = dir.join(key);
+        std::fs::create_dir_all(&work)?;
+        compare(&bin, &python, &script, &work, shape)?;
+        std::fs::remove_dir_all(&work)?;
+    }
+    Ok(())
+}
+
+/// The run's directory, removed however the run ends (a failed check
+/// leaves hundreds of MB otherwise).
+struct Scratch(PathBuf);
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn compare(
+    bin: &Path,
+    python: &Path,
+    script: &Path,
+    work: &Path,
+    shape: &Shape,
+) -> anyhow::Result<()> {
+    let file = work.join("ticks.ndjson");
+    shape.write(&file)?;
+    let ticks = shape
+        .lines
+        .iter()
+        .filter(|l| l.starts_with(r#"{"kind":"price""#))
+        .count();
+    println!(
+        "   {}: {} ticks, {:.0} MB of NDJSON",
+        shape.name,
+        spaced(ticks),
+        std::fs::metadata(&file)?.len() as f64 / 1e6
+    );
+
+    let data = work.join("hindsight");
+    let backfill = timed(
+        bin,
+        &["backfill", "--no-progress", "--data-dir"],
+        &data,
+        Some(&file),
+    )?;
+    let log_bytes = disk_bytes(&data)?;
+    let rebuild = timed(bin, &["rebuild", "--data-dir"], &data, None)?;
+    let store_bytes: u64 = ["store.db", "store.db-wal", "store.db-shm"]
+        .iter()
+        .map(|f| disk_bytes(&data.join(f)))
+        .sum::<std::io::Result<u64>>()?;
+    let total_bytes = disk_bytes(&data)?;
+    let hindsight = read_hindsight(&data, backfill + rebuild, total_bytes)?;
+    let duck = anchor(python, script, "duckdb", &file, &work.join("duckdb"))?;
+    let click = anchor(
+        python,
+        script,
+        "clickhouse",
+        &file,
+        &work.join("clickhouse"),
+    )?;
+    agree(&hindsight, &duck, "DuckDB", ticks)?;
+    agree(&hindsight, &click, "ClickHouse", ticks)?;
+
+    let mb = |b: u64| b as f64 / 1e6;
+    let rate = |s: f64| ticks as f64 / s;
+    println!(
+        "     {:<44} {:>8} {:>12} {:>10}",
+        "", "seconds", "ticks/s", "MB on disk"
+    );
+    println!(
+        "     {:<44} {backfill:>8.2} {:>12.0} {:>10.1}",
+        "Hindsight backfill (validated, durable log)",
+        rate(backfill),
+        mb(log_bytes)
+    );
+    println!(
+        "     {:<44} {rebuild:>8.2} {:>12.0} {:>10.1}",
+        "Hindsight rebuild (log -> buckets)",
+        rate(rebuild),
+        mb(store_bytes)
+    );
+    for (name, a) in [
+        ("Hindsight, both (log + store)", &hindsight),
+        ("DuckDB (read_json, GROUP BY, CHECKPOINT)", &duck),
+        ("ClickHouse (chdb, MergeTree)", &click),
+    ] {
+        println!(
+            "     {name:<44} {:>8.2} {:>12.0} {:>10.1}",
+            a.secs,
+            rate(a.secs),
+            mb(a.bytes)
+        );
+    }
+    for (name, a) in [("DuckDB", &duck), ("ClickHouse", &click)] {
+        println!(
+            "     Hindsight / {name:<10}  speed {:.3}x   bytes {:.2}x (store alone {:.2}x)",
+            a.secs / hindsight.secs,
+            hindsight.bytes as f64 / a.bytes as f64,
+            store_bytes as f64 / a.bytes as f64
+        );
+    }
+    println!(
+        "     agreed: rows and ticks per resolution; {}'s {} 1h averages (to 1e-9)",
+        hindsight.busiest,
+        hindsight.hourly.len()
+    );
+    Ok(())
+}
+
+/// Runs `bin args… data [file]` to success; its wall-clock seconds.
+fn timed(bin: &Path, args: &[&str], data: &Path, file: Option<&Path>) -> anyhow::Result<f64> {
+    let mut command = Command::new(bin);
+    command
+        .args(args)
+        .arg(data)
+        .env("HINDSIGHT_LOG", "warn")
+        .stdout(std::process::Stdio::null());
+    command.args(file);
+    let started = Instant::now();
+    let status = command.status()?;
+    let secs = started.elapsed().as_secs_f64();
+    anyhow::ensure!(status.success(), "hindsight {} failed: {status}", args[0]);
+    Ok(secs)
+}
+
+/// Bytes allocated on disk to a file, or to everything under a directory.
+fn disk_bytes(path: &Path) -> std::io::Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = match std::fs::symlink_metadata(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        other => other?,
+    };
+    if !meta.is_dir() {
+        return Ok(meta.blocks() * 512);
+    }
+    let mut total = 0;
+    for entry in std::fs::read_dir(path)? {
+        total += disk_bytes(&entry?.path())?;
+    }
+    Ok(total)
+}
+
+/// Hindsight's buckets as the checks compare them: row counts straight from
+/// the store's table, the busiest token's hours through the read store the
+/// API serves from.
+fn read_hindsight(data: &Path, secs: f64, bytes: u64) -> anyhow::Result<Answer> {
+    let conn = rusqlite::Connection::open_with_flags(
+        data.join("store.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )?;
+    let mut rows = BTreeMap::new();
+    let mut stmt =
+        conn.prepare("SELECT res, count(*), sum(count) FROM price_buckets GROUP BY res")?;
+    for row in stmt.query_map([], |r| {
+        Ok((
+            r.get::<_, String>(0)?,
+            r.get::<_, i64>(1)?,
+            r.get::<_, i64>(2)?,
+        ))
+    })? {
+        let (res, n, ticks) = row?;
+        rows.insert(res, (n as u64, ticks as u64));
+    }
+    let busiest: String = conn.query_row(
+        "SELECT token_id FROM price_buckets WHERE res = '1d' GROUP BY token_id
+         ORDER BY sum(count) DESC, token_id LIMIT 1",
+        [],
+        |r| r.get(0),
+    )?;
+    let store = SqliteStore::open(data)?;
+    let range = Range {
+        res: Resolution::H1,
+        start: Timestamp(DAY * 1000),
+        end: Timestamp((DAY + 86_400) * 1000),
+        limit: 200,
+    };
+    let hourly = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?
+        .block_on(store.prices(&busiest, range))?
+        .into_iter()
+        .map(|p| (p.t.0, p.p))
+        .collect();
+    Ok(Answer {
+        secs,
+        bytes,
+        rows,
+        busiest,
+        hourly,
+    })
+}
+
+/// DuckDB or ClickHouse through `bench/shapes.py`, into a fresh directory.
+fn anchor(
+    python: &Path,
+    script: &Path,
+    engine: &str,
+    file: &Path,
+    out: &Path,
+) -> anyhow::Result<Answer> {
+    std::fs::create_dir_all(out)?;
+    let output = Command::new(python)
+        .arg(script)
+        .arg(engine)
+        .arg(file)
+        .arg(out)
+        .output()?;
+    anyhow::ensure!(
+        output.status.success(),
+        "{engine} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&output.stdout)?;
+    let num = |v: &serde_json::Value| v.as_u64().unwrap_or(u64::MAX);
+    Ok(Answer {
+        secs: v["secs"].as_f64().unwrap_or(f64::NAN),
+        bytes: disk_bytes(out)?,
+        rows: v["rows"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(res, r)| (res.clone(), (num(&r[0]), num(&r[1]))))
+            .collect(),
+        busiest: v["busiest"].as_str().unwrap_or_default().to_string(),
+        hourly: v["hourly"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|b| {
+                (
+                    b[0].as_i64().unwrap_or(0),
+                    b[1].as_f64().unwrap_or(f64::NAN),
+                )
+            })
+            .collect(),
+    })
+}
+
+/// Fails unless `other` holds the same aggregates as Hindsight.
+fn agree(hindsight: &Answer, other: &Answer, name: &str, ticks: usize) -> anyhow::Result<()> {
+    for r in Resolution::ALL {
+        let want = hindsight.rows.get(r.as_str());
+        anyhow::ensure!(
+            want.map(|w| w.1) == Some(ticks as u64),
+            "Hindsight's {} buckets hold {want:?} (rows, ticks), not the file's {ticks} ticks",
+            r.as_str()
+        );
+        let got = other.rows.get(r.as_str());
+        anyhow::ensure!(
+            want == got,
+            "{} buckets: Hindsight has {want:?} (rows, ticks), {name} {got:?}",
+            r.as_str()
+        );
+    }
+    anyhow::ensure!(
+        hindsight.busiest == other.busiest,
+        "busiest token: Hindsight says {}, {name} {}",
+        hindsight.busiest,
+        other.busiest
+    );
+    anyhow::ensure!(
+        hindsight.hourly.len() == other.hourly.len() && !hindsight.hourly.is_empty(),
+        "{}: Hindsight has {} 1h buckets, {name} {}",
+        hindsight.busiest,
+        hindsight.hourly.len(),
+        other.hourly.len()
+    );
+    for (h, o) in hindsight.hourly.iter().zip(&other.hourly) {
+        anyhow::ensure!(
+            h.0 == o.0 && (h.1 - o.1).abs() <= 1e-9 * h.1.abs().max(1e-12),
+            "{}'s 1h bucket: Hindsight has {h:?} (start ms, average), {name} {o:?}",
+            hindsight.busiest
+        );
+    }
+    Ok(())
+}
