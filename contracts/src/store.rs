@@ -188,6 +188,11 @@ pub struct BookPoint {
 
 /// A range read: buckets with `start <= t < end`, chronological, at most
 /// `limit`. Paging continues from the last returned bucket plus one.
+///
+/// Contract: a read costs what the rows it returns (and the partitions that
+/// hold them) cost, whatever the empty time between `start` and `end`: any
+/// client may ask for decades at 1m, and a store that walked every empty
+/// time partition would let one request cost thousands of queries.
 #[derive(Debug, Clone, Copy)]
 pub struct Range {
     pub res: Resolution,

@@ -126,6 +126,7 @@ fn current_encoder_still_writes_v1_bytes() {
     // bytes; a silent change of body layout would strand old logs.
     let fixture = include_str!("fixtures/events-v1.hex");
     let lines: Vec<&str> = fixture.lines().filter(|l| !l.starts_with('#')).collect();
+    assert_eq!(lines.len(), expected().len(), "one fixture line per kind");
     for (line, event) in lines.iter().zip(expected()) {
         let (_, bytes) = line.split_once(' ').unwrap();
         assert_eq!(
@@ -134,15 +135,5 @@ fn current_encoder_still_writes_v1_bytes() {
             "{}",
             event.kind().as_str()
         );
-    }
-}
-
-/// Prints fixture lines; used once to write `fixtures/events-v1.hex`.
-/// `cargo test -p hindsight-schemas --test codec_fixture -- --ignored --nocapture`
-#[test]
-#[ignore]
-fn print_fixture() {
-    for e in expected() {
-        println!("{} {}", e.kind().as_str(), hex(&codec::encode(&e)));
     }
 }

@@ -15,7 +15,13 @@
 /// (created empty; keys of `idempotency.db` files are not carried over:
 /// migrate while no batch is being retried, or accept that a retry within
 /// 24 h of the switch may be appended again).
-pub const SCHEMA_VERSION: i32 = 4;
+/// Version 5: `series_periods`, the time partitions holding rows of each
+/// series, so a range read skips empty ones; migrating a version 4
+/// keyspace fills it from the bucket tables ([`INDEXED_SINCE`]).
+pub const SCHEMA_VERSION: i32 = 5;
+
+/// The first version whose keyspaces keep `series_periods` up to date.
+pub const INDEXED_SINCE: i32 = 5;
 
 const CQL: &str = include_str!("../../schemas/cql/hindsight.cql");
 

@@ -107,6 +107,18 @@ pub fn all(ks: &str) -> Vec<Stmt> {
         }
     }
     out.push(stmt(
+        "insert_series_period",
+        format!("INSERT INTO {ks}.series_periods (tbl, id, period) VALUES (?, ?, ?)"),
+        &["text", "text", "bigint"],
+    ));
+    out.push(stmt(
+        "select_series_periods",
+        format!(
+            "SELECT period FROM {ks}.series_periods WHERE tbl = ? AND id = ? AND period >= ? AND period <= ? LIMIT ?"
+        ),
+        &["text", "text", "bigint", "bigint", "int"],
+    ));
+    out.push(stmt(
         "upsert_consumed",
         format!("INSERT INTO {ks}.consumed (partition, next_offset) VALUES (?, ?)"),
         &["int", "bigint"],
@@ -268,6 +280,7 @@ pub fn derived_tables(ks: &str) -> Vec<String> {
         .flat_map(|(kind, _, _)| Resolution::ALL.map(|r| format!("{ks}.{kind}_{}", r.as_str())))
         .collect();
     for name in [
+        "series_periods",
         "consumed",
         "catalog_consumed",
         "series",

@@ -127,7 +127,24 @@ pub struct ScyllaStore {
     prepared: HashMap<String, PreparedStatement>,
     config: ScyllaConfig,
     writes: Arc<Semaphore>,
+    /// `series_periods` entries this handle has written (or found written),
+    /// so each is written about once per process; forgotten whole past
+    /// [`INDEXED_REMEMBERED`] entries (writing one again is harmless).
+    indexed: std::sync::Mutex<std::collections::HashSet<SeriesPeriod>>,
 }
+
+/// A `series_periods` entry: the bucket table's name, the series id and a
+/// time partition.
+type SeriesPeriod = (String, Arc<str>, i64);
+
+/// How many `series_periods` entries a handle remembers writing.
+const INDEXED_REMEMBERED: usize = 1 << 20;
+
+/// A range read spanning at most this many time partitions reads them all;
+/// a longer one lists the series' partitions in range first.
+const DIRECT_PERIODS: i64 = 2;
+/// Partitions listed per `series_periods` query.
+const PERIODS_PER_LIST: i32 = 256;
 
 /// The Paxos consistency of lightweight transactions: within the local data
 /// center when the configured consistency is local, else across all.
@@ -189,6 +206,7 @@ impl ScyllaStore {
             prepared,
             config,
             writes,
+            indexed: Default::default(),
         })
     }
 
@@ -218,13 +236,58 @@ impl ScyllaStore {
             }
         };
         let plan = schema::migration_plan(recorded, &config.keyspace, &config.replication);
-        for statement in &plan {
+        for (i, statement) in plan.iter().enumerate() {
+            // The last statement records the version: an older keyspace's
+            // derived index is filled before it.
+            if i + 1 == plan.len() && recorded.is_some_and(|v| v < schema::INDEXED_SINCE) {
+                index_series_periods(&session, &config.keyspace).await?;
+            }
             session
                 .query_unpaged(statement.as_str(), ())
                 .await
                 .map_err(|e| fail(format!("{statement}: {e}")))?;
         }
         Ok(plan)
+    }
+
+    /// Lists the time partitions about to receive rows in `series_periods`
+    /// (before the rows: a listed partition that never got its rows only
+    /// costs an empty read), skipping those this handle already listed.
+    async fn index_periods<'a>(
+        &self,
+        partitions: impl Iterator<Item = &'a (Table, Resolution, Arc<str>, i64)>,
+    ) -> Result<()> {
+        let fresh: Vec<SeriesPeriod> = {
+            let known = self.indexed.lock().expect("not poisoned");
+            partitions
+                .map(|(table, res, id, period)| {
+                    (
+                        format!("{}_{}", table.as_str(), res.as_str()),
+                        id.clone(),
+                        *period,
+                    )
+                })
+                .filter(|entry| !known.contains(entry))
+                .collect()
+        };
+        let writes = fresh.iter().map(|(tbl, id, period)| async move {
+            let _permit = self.writes.acquire().await.map_err(fail)?;
+            retry("write_rows", || {
+                self.exec(
+                    "write_rows",
+                    "insert_series_period",
+                    (tbl.as_str(), id.as_ref(), *period),
+                )
+            })
+            .await
+        });
+        future::try_join_all(writes).await?;
+        let mut known = self.indexed.lock().expect("not poisoned");
+        if known.len() + fresh.len() > INDEXED_REMEMBERED {
+            known.clear();
+        }
+        known.extend(fresh);
+        Ok(())
     }
 
     fn stmt(&self, name: &str) -> &PreparedStatement {
@@ -736,21 +799,47 @@ impl ScyllaStore {
             period_of(range.res, range.start.0),
             period_of(range.res, range.end.0 - 1),
         );
-        // Time partitions in order; stop as soon as the page is full.
-        for period in first..=last {
-            let want = (range.limit - out.len()) as i32;
-            let result = self
-                .exec(
+        let tbl = format!("{kind}_{}", range.res.as_str());
+        // Time partitions in order; stop as soon as the page is full. A
+        // short range reads its partitions directly; a long one reads only
+        // the partitions `series_periods` lists, so empty years cost nothing.
+        let mut next = first;
+        while next <= last && out.len() < range.limit {
+            let periods: Vec<i64> = if last - next < DIRECT_PERIODS {
+                (next..=last).collect()
+            } else {
+                self.exec(
                     "read_range",
-                    &name,
-                    (id, period, ts(range.start.0), ts(range.end.0), want),
+                    "select_series_periods",
+                    (&tbl, id, next, last, PERIODS_PER_LIST),
                 )
                 .await?
                 .into_rows_result()
-                .map_err(corrupt)?;
-            map(&result, &mut out)?;
-            if out.len() >= range.limit {
+                .map_err(corrupt)?
+                .rows::<(i64,)>()
+                .map_err(corrupt)?
+                .map(|r| r.map(|(p,)| p).map_err(corrupt))
+                .collect::<Result<_>>()?
+            };
+            let Some(&after) = periods.last() else {
                 break;
+            };
+            next = after + 1;
+            for period in periods {
+                let want = (range.limit - out.len()) as i32;
+                let result = self
+                    .exec(
+                        "read_range",
+                        &name,
+                        (id, period, ts(range.start.0), ts(range.end.0), want),
+                    )
+                    .await?
+                    .into_rows_result()
+                    .map_err(corrupt)?;
+                map(&result, &mut out)?;
+                if out.len() >= range.limit {
+                    break;
+                }
             }
         }
         Ok(out)
@@ -760,6 +849,11 @@ impl ScyllaStore {
 #[async_trait]
 impl ProjectionStore for ScyllaStore {
     async fn committed(&self) -> Result<Vec<Position>> {
+        // A caller reads its positions to (re)play from them, after a
+        // restart, a failed step or lost writes (a node that died with
+        // acknowledged writes unsynced): rows are rewritten from the log,
+        // and so must their `series_periods` entries be.
+        self.indexed.lock().expect("not poisoned").clear();
         let mut out = Vec::new();
         self.scan("select_consumed", |rows| {
             for row in rows.rows::<(i32, i64)>().map_err(corrupt)? {
@@ -829,6 +923,10 @@ impl ProjectionStore for ScyllaStore {
             );
             partitions.entry(k).or_default().push(row);
         }
+        if let Err(e) = self.index_periods(partitions.keys()).await {
+            self.indexed.lock().expect("not poisoned").clear();
+            return Err(e);
+        }
         // Large partitions go in several batches of at most 100 rows.
         let chunks: Vec<Vec<Row>> = partitions
             .into_values()
@@ -862,6 +960,7 @@ impl ProjectionStore for ScyllaStore {
     }
 
     async fn reset(&self) -> Result<()> {
+        self.indexed.lock().expect("not poisoned").clear();
         for table in statements::derived_tables(&self.config.keyspace) {
             self.session
                 .query_unpaged(format!("TRUNCATE {table}"), ())
@@ -870,6 +969,40 @@ impl ProjectionStore for ScyllaStore {
         }
         Ok(())
     }
+}
+
+/// Fills `series_periods` from the bucket tables of a keyspace written
+/// before it existed (every partition key of every bucket table, one paged
+/// scan each).
+async fn index_series_periods(session: &Session, ks: &str) -> Result<()> {
+    for (kind, id_col, _) in statements::BUCKET_TABLES {
+        for res in Resolution::ALL {
+            let tbl = format!("{kind}_{}", res.as_str());
+            let scan = format!("SELECT DISTINCT {id_col}, period FROM {ks}.{tbl}");
+            let insert =
+                format!("INSERT INTO {ks}.series_periods (tbl, id, period) VALUES (?, ?, ?)");
+            let mut paging = PagingState::start();
+            loop {
+                let (result, next) = session
+                    .query_single_page(scan.as_str(), (), paging)
+                    .await
+                    .map_err(|e| fail(format!("{scan}: {e}")))?;
+                let rows = result.into_rows_result().map_err(corrupt)?;
+                for row in rows.rows::<(String, i64)>().map_err(corrupt)? {
+                    let (id, period) = row.map_err(corrupt)?;
+                    session
+                        .query_unpaged(insert.as_str(), (tbl.as_str(), id, period))
+                        .await
+                        .map_err(|e| fail(format!("{insert}: {e}")))?;
+                }
+                match next {
+                    PagingStateResponse::HasMorePages { state } => paging = state,
+                    PagingStateResponse::NoMorePages => break,
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// What became of one catalog record.

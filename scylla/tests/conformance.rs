@@ -151,3 +151,90 @@ mod cql {
     hindsight_contracts::store_conformance!(super::store);
     hindsight_contracts::idempotency_conformance!(super::idempotency);
 }
+
+/// A keyspace written before `series_periods` existed (schema version 4)
+/// keeps serving its history after `scylla migrate`: the migration lists
+/// the partitions its bucket tables already hold, so long range reads,
+/// which only visit listed partitions, still find every row.
+#[tokio::test]
+async fn migrating_a_version_4_keyspace_lists_the_partitions_it_already_holds() {
+    use hindsight_contracts::{ProjectionStore, ProjectionWrite, Range, ReadStore, Row, RowKey};
+    use hindsight_contracts::{RowValue, Table};
+    use hindsight_schemas::{Resolution, Timestamp};
+    const YEAR: i64 = 365 * 86_400_000;
+    let t0 = hindsight_contracts::conformance::T0;
+    let keyspace = fresh_keyspace().await;
+    let buckets = [t0, t0 + 10 * YEAR];
+    let store = ScyllaStore::connect(config(keyspace.clone()))
+        .await
+        .expect("connect");
+    let rows = buckets
+        .iter()
+        .map(|&t| Row {
+            key: RowKey {
+                table: Table::Prices,
+                id: "old-token".into(),
+                res: Resolution::M1,
+                bucket: Timestamp(t),
+            },
+            value: RowValue::Price { sum: 0.5, count: 1 },
+            last_offset: 1,
+        })
+        .collect();
+    store
+        .apply(ProjectionWrite {
+            rows,
+            ..Default::default()
+        })
+        .await
+        .expect("apply");
+    // Back to what a version 4 keyspace holds: the rows, no listing.
+    let session = SessionBuilder::new()
+        .known_nodes(&config(keyspace.clone()).nodes)
+        .build()
+        .await
+        .expect("connect");
+    for statement in [
+        format!("TRUNCATE {keyspace}.series_periods"),
+        format!("TRUNCATE {keyspace}.schema_migrations"),
+        format!("INSERT INTO {keyspace}.schema_migrations (version, applied_at) VALUES (4, toTimestamp(now()))"),
+    ] {
+        session.query_unpaged(statement, ()).await.expect("downgrade");
+    }
+    let read = |store: ScyllaStore| async move {
+        let points = store
+            .prices(
+                "old-token",
+                Range {
+                    res: Resolution::M1,
+                    start: Timestamp(t0 - YEAR),
+                    end: Timestamp(t0 + 20 * YEAR),
+                    limit: 100,
+                },
+            )
+            .await
+            .expect("read");
+        points.into_iter().map(|p| p.t.0).collect::<Vec<_>>()
+    };
+    let unlisted = read(
+        ScyllaStore::connect(config(keyspace.clone()))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert!(
+        unlisted.is_empty(),
+        "without the listing a long read finds nothing ({unlisted:?}): the test would prove nothing"
+    );
+    let ran = ScyllaStore::migrate(&config(keyspace.clone()))
+        .await
+        .expect("migrate from version 4");
+    assert!(!ran.is_empty(), "a version 4 keyspace is migrated");
+    let found = read(
+        ScyllaStore::connect(config(keyspace.clone()))
+            .await
+            .unwrap(),
+    )
+    .await;
+    assert_eq!(found, buckets, "history after migrating");
+}

@@ -110,6 +110,7 @@ macro_rules! store_conformance {
         $crate::__conformance_tests!(store, $make;
             bucket_round_trips: Shared,
             ranges_ordering_and_paging: Shared,
+            sparse_ranges_over_decades_cost_what_their_rows_cost: Shared,
             large_writes_round_trip: Shared,
             rows_are_whole_and_last_applied_wins: Shared,
             committed_positions_per_partition: Shared,

@@ -276,6 +276,63 @@ pub async fn ranges_ordering_and_paging(a: &dyn Backend, b: &dyn Backend, prefix
     })
 }
 
+/// A sparse series asked for over decades at the finest resolution reads
+/// its few rows in order and pages through them, at a cost set by the rows,
+/// not by the empty time in between (a time-partitioned store must not walk
+/// every empty partition: one request could otherwise cost thousands of
+/// queries).
+pub async fn sparse_ranges_over_decades_cost_what_their_rows_cost(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    const YEAR: i64 = 365 * 86_400_000;
+    let id = format!("{prefix}-sparse");
+    let res = Resolution::M1;
+    let buckets = [T0, T0 + 20 * YEAR, T0 + 40 * YEAR];
+    write(
+        a,
+        buckets
+            .iter()
+            .map(|&t| price_row(&id, res, t, 0.25, 1, 1))
+            .collect(),
+    )
+    .await?;
+    let started = std::time::Instant::now();
+    let (start, end) = (T0 - 30 * YEAR, T0 + 60 * YEAR);
+    let read = |from: i64, limit: usize| {
+        b.prices(
+            &id,
+            Range {
+                res,
+                start: Timestamp(from),
+                end: Timestamp(end),
+                limit,
+            },
+        )
+    };
+    let all: Vec<i64> = read(start, 1000)
+        .await
+        .map_err(store_err)?
+        .into_iter()
+        .map(|p| p.t.0)
+        .collect();
+    ensure(all == buckets, || format!("90 years at 1m gave {all:?}"))?;
+    let mut pages = Vec::new();
+    let mut from = start;
+    loop {
+        let page = read(from, 1).await.map_err(store_err)?;
+        let Some(last) = page.last() else { break };
+        from = last.t.0 + 1;
+        pages.push(last.t.0);
+    }
+    ensure(pages == buckets, || format!("one row per page: {pages:?}"))?;
+    let took = started.elapsed();
+    ensure(took < std::time::Duration::from_secs(5), || {
+        format!("five reads over 90 years of 1m buckets took {took:?}")
+    })
+}
+
 /// A log partition of the check's own, so that checks sharing a store never
 /// see each other's positions. Below 2^31: the CQL store keeps it as `int`.
 fn own_partition(prefix: &str, n: u32) -> u32 {
