@@ -33,7 +33,14 @@ wait "$engines_pid" || { echo "the engines did not start (see above)"; exit 1; }
 source "$engines_env"
 echo "== engines ready: HINDSIGHT_KAFKA_BROKERS=$HINDSIGHT_KAFKA_BROKERS HINDSIGHT_SCYLLA_NODES=$HINDSIGHT_SCYLLA_NODES"
 echo "== cargo test"
+# The distributed tests append what they prove (acknowledged vs counted)
+# here; cargo shows no output of a passing test.
+export HINDSIGHT_TEST_REPORT="$(mktemp)"
 cargo test --workspace --locked
+echo "== figures the distributed tests proved (events acknowledged vs counted, answers compared)"
+cat "$HINDSIGHT_TEST_REPORT"
+rm -f "$HINDSIGHT_TEST_REPORT"
+unset HINDSIGHT_TEST_REPORT
 echo "== conformance suites per backend (checks by name; CQL on Apache Cassandra, log on Apache Kafka)"
 for pkg in hindsight-sqlite hindsight-scylla hindsight-kafka; do
   echo "-- $pkg"

@@ -145,7 +145,9 @@ async fn every_service_its_own_process_answers_like_the_embedded_deployment() {
             "double-counted: {dist}, {embedded}"
         );
         if dist == ticks && embedded == ticks {
-            eprintln!("acknowledged {ticks}, counted {dist} (distributed), {embedded} (embedded)");
+            report(format_args!(
+                "acknowledged {ticks}, counted {dist} (distributed), {embedded} (embedded)"
+            ));
             break;
         }
         assert!(
@@ -186,11 +188,11 @@ async fn every_service_its_own_process_answers_like_the_embedded_deployment() {
         nonempty >= requests.len() - 1,
         "only {nonempty} requests answered 200"
     );
-    eprintln!(
+    report(format_args!(
         "{} /v1 requests answered identically by both API replicas and dev ({nonempty} with 200); {:.1} s",
         requests.len(),
         started.elapsed().as_secs_f64()
-    );
+    ));
 
     // Paging alternately through both replicas: each continues the other's
     // cursors (they share the cursor secret), and the pages hold every point.
@@ -240,7 +242,9 @@ async fn every_service_its_own_process_answers_like_the_embedded_deployment() {
     assert_eq!(admitted + more, 60, "{admitted} in the burst, {more} after");
     let (_, usage) = answer(&apis[1], &free, "/v1/usage").await;
     assert_eq!(usage["limits"]["requests_remaining"], 0, "{usage}");
-    eprintln!("rate limit across replicas: {admitted} of a 100-request burst, then {more}");
+    report(format_args!(
+        "rate limit across replicas: {admitted} of a 100-request burst, then {more}"
+    ));
     drop(procs);
 }
 

@@ -79,10 +79,10 @@ async fn assert_equal_to_a_clean_rebuild(
     let clean = Keyspace::migrate(clean);
     rebuild_into(topics, &clean, dir);
     assert_same_tables(&incremental, &cql.snapshot(&clean.name).await);
-    eprintln!(
+    report(format_args!(
         "tables equal a clean rebuild; {:.1} s",
         started.elapsed().as_secs_f64()
-    );
+    ));
 }
 
 /// Backfilled markets `{tag}{from}..{to}`, each its own token of TICKS
@@ -156,7 +156,9 @@ async fn projectors_sigkilled_ten_times_mid_stream_lose_and_double_nothing() {
     }
     let counted = wait_all_counted(&cql, &ks.name, &acked, &acked).await;
     let acknowledged: i64 = acked.values().sum();
-    eprintln!("acknowledged {acknowledged}, counted {counted}, {kills} SIGKILLs mid-stream");
+    report(format_args!(
+        "acknowledged {acknowledged}, counted {counted}, {kills} SIGKILLs mid-stream"
+    ));
     // Every event is counted once its rows are written; its step's positions
     // come after them, so the projectors stay up until those are written too.
     wait_caught_up(&topics, &cql, &ks.name).await;
@@ -230,10 +232,10 @@ async fn the_broker_sigkilled_during_ingest_and_restarted_loses_no_acknowledged_
     );
     let counted = wait_all_counted(&cql, &ks.name, &acked, &sent).await;
     let acknowledged: i64 = acked.values().sum();
-    eprintln!(
+    report(format_args!(
         "acknowledged {acknowledged}, counted {counted}; {} batches acknowledged, {refused} refused with 503",
         acked.len()
-    );
+    ));
 
     assert_equal_to_a_clean_rebuild(&topics, &cql, &ks, "fault_broker_clean", &dir, started).await;
 }
@@ -279,7 +281,9 @@ async fn cassandra_sigkilled_during_projection_and_restarted_loses_no_event() {
     eprintln!("cassandra restarted");
     let cql = Cql::connect().await;
     let counted = wait_all_counted(&cql, &ks.name, &acked, &acked).await;
-    eprintln!("acknowledged {acknowledged}, counted {counted}");
+    report(format_args!(
+        "acknowledged {acknowledged}, counted {counted}"
+    ));
 
     assert_equal_to_a_clean_rebuild(&topics, &cql, &ks, "fault_cassandra_clean", &dir, started)
         .await;
@@ -423,11 +427,11 @@ async fn a_keyed_batch_whose_replica_dies_mid_append_lands_once_when_retried_on_
             if answer.replayed { "" } else { "not " }
         );
         acked.insert(format!("fk{n}-yes"), TICKS as i64);
-        eprintln!(
+        report(format_args!(
             "A died {point}; B acknowledged the retry after {:.1} s ({waits} answers 503 while A's lease ran; {})",
             retried.elapsed().as_secs_f64(),
             if answer.replayed { "replayed A's committed batch" } else { "appended it" }
-        );
+        ));
     }
 
     // The same keys with another body, on either replica: 409, nothing
@@ -462,6 +466,8 @@ async fn a_keyed_batch_whose_replica_dies_mid_append_lands_once_when_retried_on_
 
     let counted = wait_all_counted(&cql, &ks.name, &acked, &sent).await;
     let acknowledged: i64 = acked.values().sum();
-    eprintln!("acknowledged {acknowledged}, counted {counted}: none lost, none twice");
+    report(format_args!(
+        "acknowledged {acknowledged}, counted {counted}: none lost, none twice"
+    ));
     assert_equal_to_a_clean_rebuild(&topics, &cql, &ks, "fault_keyed_clean", &dir, started).await;
 }

@@ -114,9 +114,13 @@ async fn partitions_move_between_live_projectors_without_loss_or_double_counting
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     };
-    eprintln!("acknowledged {acknowledged}, counted {counted} ({b} batches)");
+    report(format_args!(
+        "acknowledged {acknowledged}, counted {counted} ({b} batches)"
+    ));
     let (one, two) = (applied(ports[0]).await, applied(ports[1]).await);
-    eprintln!("projector 1 applied {one}, projector 2 applied {two}");
+    report(format_args!(
+        "projector 1 applied {one}, projector 2 applied {two}"
+    ));
     assert!(one > 0 && two > 0, "both projectors held partitions");
 
     wait_caught_up(&topics, &cql, &ks.name).await;

@@ -18,6 +18,24 @@ pub const INGEST_TOKEN: &str = "hsi_test_ingest_token";
 /// theirs.
 pub const CURSOR_SECRET: &str = "hindsight-test-cursor-secret-0123456789";
 
+/// Prints a figure a test proves (events acknowledged and counted, answers
+/// compared) and, when `HINDSIGHT_TEST_REPORT` names a file, appends it
+/// there under the test's name: `cargo test` hides a passing test's output,
+/// and scripts/test.sh prints the file after the run.
+pub fn report(line: std::fmt::Arguments) {
+    eprintln!("{line}");
+    if let Some(path) = std::env::var_os("HINDSIGHT_TEST_REPORT") {
+        use std::io::Write;
+        let test = std::thread::current().name().unwrap_or("?").to_string();
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .expect("open the test report");
+        writeln!(file, "{test}: {line}").expect("write the test report");
+    }
+}
+
 pub fn bin() -> &'static str {
     env!("CARGO_BIN_EXE_hindsight")
 }
