@@ -231,7 +231,7 @@ async fn rebuild(args: RebuildArgs) -> anyhow::Result<()> {
     let store = backends.store()?;
     let started = std::time::Instant::now();
     store.reset().await?;
-    let mut projector = Projector::new(backends.source()?, store, args.projector.config());
+    let mut projector = Projector::new(backends.source()?, store, args.projector.rebuild_config());
     let events = projector.catch_up().await?;
     let secs = started.elapsed().as_secs_f64();
     println!(

@@ -331,16 +331,33 @@ impl WireLimitsOpts {
 
 #[derive(Args, Clone, Debug)]
 pub struct ProjectorOpts {
-    /// Most events folded into one durable projector step.
-    #[arg(long, env = "HINDSIGHT_PROJECTOR_BATCH_MAX", default_value_t = 20_000)]
-    pub projector_batch_max: usize,
+    /// Most events folded into one durable projector step [default: 20000;
+    /// 250000 for `rebuild`].
+    #[arg(long, env = "HINDSIGHT_PROJECTOR_BATCH_MAX")]
+    pub projector_batch_max: Option<usize>,
 }
 
 impl ProjectorOpts {
+    /// The running projector's: small steps keep the time from an event's
+    /// append to its buckets short.
     pub fn config(&self) -> hindsight_projector::ProjectorConfig {
+        self.with_default(hindsight_projector::ProjectorConfig::default())
+    }
+
+    /// `rebuild`'s: the whole log is behind, nobody waits on one event,
+    /// and every step rewrites each coarse bucket it touched — so steps
+    /// are large (see `ProjectorConfig::rebuild`).
+    pub fn rebuild_config(&self) -> hindsight_projector::ProjectorConfig {
+        self.with_default(hindsight_projector::ProjectorConfig::rebuild())
+    }
+
+    fn with_default(
+        &self,
+        config: hindsight_projector::ProjectorConfig,
+    ) -> hindsight_projector::ProjectorConfig {
         hindsight_projector::ProjectorConfig {
-            batch_max: self.projector_batch_max.max(1),
-            ..Default::default()
+            batch_max: self.projector_batch_max.unwrap_or(config.batch_max).max(1),
+            ..config
         }
     }
 }
