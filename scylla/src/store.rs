@@ -133,9 +133,9 @@ pub struct ScyllaStore {
     indexed: std::sync::Mutex<std::collections::HashSet<SeriesPeriod>>,
 }
 
-/// A `series_periods` entry: the bucket table's name, the series id and a
-/// time partition.
-type SeriesPeriod = (String, Arc<str>, i64);
+/// A partition of a bucket table (its `series_periods` entry): table,
+/// resolution, series id, time partition.
+type SeriesPeriod = (Table, Resolution, Arc<str>, i64);
 
 /// How many `series_periods` entries a handle remembers writing.
 const INDEXED_REMEMBERED: usize = 1 << 20;
@@ -255,22 +255,17 @@ impl ScyllaStore {
     /// costs an empty read), skipping those this handle already listed.
     async fn index_periods<'a>(
         &self,
-        partitions: impl Iterator<Item = &'a (Table, Resolution, Arc<str>, i64)>,
+        partitions: impl Iterator<Item = &'a SeriesPeriod>,
     ) -> Result<()> {
         let fresh: Vec<SeriesPeriod> = {
             let known = self.indexed.lock().expect("not poisoned");
             partitions
-                .map(|(table, res, id, period)| {
-                    (
-                        format!("{}_{}", table.as_str(), res.as_str()),
-                        id.clone(),
-                        *period,
-                    )
-                })
-                .filter(|entry| !known.contains(entry))
+                .filter(|partition| !known.contains(*partition))
+                .cloned()
                 .collect()
         };
-        let writes = fresh.iter().map(|(tbl, id, period)| async move {
+        let writes = fresh.iter().map(|(table, res, id, period)| async move {
+            let tbl = format!("{}_{}", table.as_str(), res.as_str());
             let _permit = self.writes.acquire().await.map_err(fail)?;
             retry("write_rows", || {
                 self.exec(
