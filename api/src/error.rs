@@ -44,6 +44,9 @@ pub enum ApiError {
     Validation(Vec<ValidationIssue>),
     /// 429: the caller's window is full; `Retry-After` says when one more fits.
     RateLimited(RateState),
+    /// 503: this replica has no room for the request now; `Retry-After`
+    /// says when to try again (a request elsewhere may succeed at once).
+    Unavailable { detail: String, retry_after: u32 },
     /// 500: the cause is logged (by [`report_internal_errors`]), never sent.
     Internal(Internal),
 }
@@ -87,6 +90,7 @@ impl ApiError {
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::Unavailable { .. } => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -147,6 +151,15 @@ impl IntoResponse for ApiError {
                 r.headers_mut()
                     .insert(header::RETRY_AFTER, HeaderValue::from(rate.retry_after));
                 rate_headers(&mut r, &rate);
+                return r;
+            }
+            ApiError::Unavailable {
+                detail,
+                retry_after,
+            } => {
+                let mut r = (status, Json(ErrorResponse { detail })).into_response();
+                r.headers_mut()
+                    .insert(header::RETRY_AFTER, HeaderValue::from(retry_after));
                 return r;
             }
             ApiError::Internal(cause) => {

@@ -11,6 +11,8 @@
 //! - [`page`]: history pages encoded into one buffer, with their `ETag`
 //!   and caching policy.
 //! - [`conditional`]: `If-None-Match` → `304`, for any answer with an `ETag`.
+//! - [`export`]: export files (CSV, Parquet) encoded in pieces as the
+//!   store is read, for the streamed bulk export routes.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
 //! - [`keys`]: creating API keys (only hashes are stored).
 //! - Around it all, `hindsight_http::edge`: JSON error bodies on every
@@ -25,6 +27,7 @@ pub mod catalog;
 pub mod conditional;
 pub mod cursor;
 pub mod error;
+pub mod export;
 pub mod keys;
 pub mod openapi;
 pub mod page;
@@ -56,6 +59,8 @@ pub struct ApiState {
     pub clock: Arc<dyn hindsight_schemas::time::Clock>,
     /// Signs and checks pagination cursors; the same on every replica.
     pub cursors: cursor::CursorKeys,
+    /// The bulk exports this replica may run at once.
+    pub exports: routes::export::ExportSlots,
 }
 
 /// The query extractors seal and open cursors with the API's keys.
@@ -85,6 +90,9 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/tokens/{token_id}/prices", get(history::token_prices))
         .route("/v1/markets/{id_or_slug}/books", get(history::market_books))
         .route("/v1/tokens/{token_id}/books", get(history::token_books))
+        .route("/v1/export/prices", get(routes::export::export_prices))
+        .route("/v1/export/books", get(routes::export::export_books))
+        .route("/v1/export/metrics", get(routes::export::export_metrics))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::meter))
         // Around `meter`: the request was counted before the comparison,
         // and a 304 keeps the rate headers `meter` put on the 200.

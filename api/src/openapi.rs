@@ -4,7 +4,7 @@
 //! keeps equal to this (`hindsight openapi > api/openapi.json` refreshes it).
 
 use crate::page;
-use crate::routes::{self, discovery, history};
+use crate::routes::{self, discovery, export, history};
 use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::link::LinkBuilder;
@@ -34,13 +34,17 @@ use utoipa::{Modify, OpenApi};
         history::token_prices,
         history::market_books,
         history::token_books,
+        export::export_prices,
+        export::export_books,
+        export::export_metrics,
     ),
     modifiers(&ApiKeyAuth, &Revalidation, &Links),
     security(("APIKeyHeader" = [])),
     tags(
         (name = "utility", description = "Health and usage"),
         (name = "discovery", description = "Series, events, markets and tags"),
-        (name = "history", description = "Prices, metrics and order books")
+        (name = "history", description = "Prices, metrics and order books"),
+        (name = "export", description = "Whole ranges as one CSV or Parquet file")
     )
 )]
 struct ApiDoc;
@@ -137,7 +141,7 @@ struct Links;
 
 /// `(from operation, link name, to operation, its parameter, JSON pointer
 /// into the `200` body)`: lists link their first item.
-const LINKS: [(&str, &str, &str, &str, &str); 14] = [
+const LINKS: [(&str, &str, &str, &str, &str); 18] = [
     (
         "list_series",
         "events",
@@ -200,6 +204,34 @@ const LINKS: [(&str, &str, &str, &str, &str); 14] = [
         "token_books",
         "token_id",
         "/data/0/tokens/0/id",
+    ),
+    (
+        "list_markets",
+        "export_prices",
+        "export_prices",
+        "market_id",
+        "/data/0/id",
+    ),
+    (
+        "list_markets",
+        "export_metrics",
+        "export_metrics",
+        "market_id",
+        "/data/0/id",
+    ),
+    (
+        "get_market",
+        "export_books",
+        "export_books",
+        "token_id",
+        "/tokens/0/id",
+    ),
+    (
+        "get_market",
+        "export_prices",
+        "export_prices",
+        "token_id",
+        "/tokens/0/id",
     ),
     ("get_market", "prices", "market_prices", "id_or_slug", "/id"),
     (

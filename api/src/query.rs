@@ -15,6 +15,7 @@
 use crate::catalog::{SortField, SortOrder};
 use crate::cursor::{CursorKeys, ListCursor, Pager, Scope};
 use crate::error::{issue, ApiError};
+use crate::export::Format;
 use axum::extract::{FromRef, FromRequestParts, Query};
 use axum::http::request::Parts;
 use hindsight_contracts::Range;
@@ -312,12 +313,7 @@ where
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let q = QueryPairs::from_parts(parts, state).await?;
         let mut errors = Vec::new();
-        for name in ["start_ts", "end_ts", "resolution"] {
-            if q.get(name).is_none() {
-                errors.push(issue("query", name, "Field required", "missing"));
-            }
-        }
-        let resolution = enum_param(&q, "resolution", Resolution::M1, &mut errors);
+        let resolution = span_params(&q, &mut errors);
         let limit = match q.get("limit").map(|l| l.trim().parse::<i64>()) {
             // Above 200 is a 400 that states both numbers (docs/SPEC.md §7).
             Some(Ok(n)) if n > HISTORY_LIMIT_MAX as i64 => {
@@ -339,11 +335,7 @@ where
         if !errors.is_empty() {
             return Err(ApiError::Validation(errors));
         }
-        let ts = |name: &str| timestamp(q.get(name).unwrap_or_default(), name);
-        let (start, end) = (ts("start_ts")?, ts("end_ts")?);
-        if start > end {
-            return Err(ApiError::BadRequest("start_ts must be <= end_ts".into()));
-        }
+        let (start, end) = span_times(&q)?;
         Ok(HistoryQuery {
             start,
             end,
@@ -351,6 +343,104 @@ where
             limit,
             cursor: q.non_empty("cursor").map(str::to_string),
             keys: CursorKeys::from_ref(state),
+        })
+    }
+}
+
+/// The schema side of `start_ts`, `end_ts` and `resolution`, which every
+/// history-shaped query takes: each is required, the resolution one of the
+/// words. Issues go to `errors` with the query's other 422s.
+fn span_params(q: &QueryPairs, errors: &mut Vec<ValidationIssue>) -> Resolution {
+    for name in ["start_ts", "end_ts", "resolution"] {
+        if q.get(name).is_none() {
+            errors.push(issue("query", name, "Field required", "missing"));
+        }
+    }
+    enum_param(q, "resolution", Resolution::M1, errors)
+}
+
+/// `start_ts` and `end_ts` once the schema passed: each must parse, in
+/// order (400 otherwise, docs/SPEC.md §7).
+fn span_times(q: &QueryPairs) -> Result<(Timestamp, Timestamp), ApiError> {
+    let ts = |name: &str| timestamp(q.get(name).unwrap_or_default(), name);
+    let (start, end) = (ts("start_ts")?, ts("end_ts")?);
+    if start > end {
+        return Err(ApiError::BadRequest("start_ts must be <= end_ts".into()));
+    }
+    Ok((start, end))
+}
+
+// ---- export --------------------------------------------------------------------
+
+impl QueryEnum for Format {
+    const ALL: &'static [Self] = &Format::ALL;
+    fn as_str(self) -> &'static str {
+        Format::as_str(self)
+    }
+}
+
+/// The query of the export routes: one token or one market, and the range
+/// and resolution of the history routes, without paging — the whole range
+/// comes as one file.
+#[derive(Debug, Clone, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ExportQuery {
+    /// The token to export (prices, books). Give this or `market_id`.
+    #[param(max_length = 200)]
+    pub token_id: Option<String>,
+    /// The market to export: every token of it (prices, books), or its
+    /// metrics. Give this or `token_id`.
+    #[param(max_length = 200)]
+    pub market_id: Option<String>,
+    /// Inclusive range start: ISO 8601 timestamp or Unix seconds.
+    #[param(rename = "start_ts", value_type = String)]
+    pub start: Timestamp,
+    /// Exclusive range end: ISO 8601 timestamp or Unix seconds.
+    #[param(rename = "end_ts", value_type = String)]
+    pub end: Timestamp,
+    #[param(inline)]
+    pub resolution: Resolution,
+    /// `csv` (default) or `parquet`.
+    #[param(value_type = Option<String>, schema_with = enum_schema::<Format>)]
+    pub format: Format,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ExportQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let q = QueryPairs::from_parts(parts, state).await?;
+        let mut errors = Vec::new();
+        let resolution = span_params(&q, &mut errors);
+        let format = enum_param(&q, "format", Format::Csv, &mut errors);
+        let token_id = id_param(&q, "token_id", &mut errors);
+        let market_id = id_param(&q, "market_id", &mut errors);
+        match (&token_id, &market_id) {
+            (None, None) => errors.push(issue(
+                "query",
+                "token_id",
+                "Give `token_id` or `market_id`",
+                "missing",
+            )),
+            (Some(_), Some(_)) => errors.push(issue(
+                "query",
+                "market_id",
+                "Give `token_id` or `market_id`, not both",
+                "extra_forbidden",
+            )),
+            _ => {}
+        }
+        if !errors.is_empty() {
+            return Err(ApiError::Validation(errors));
+        }
+        let (start, end) = span_times(&q)?;
+        Ok(ExportQuery {
+            token_id,
+            market_id,
+            start,
+            end,
+            resolution,
+            format,
         })
     }
 }

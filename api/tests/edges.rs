@@ -36,6 +36,7 @@ async fn api() -> Api {
         plans: Arc::new(Plans::default()),
         clock: Arc::new(hindsight_schemas::time::SystemClock),
         cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
+        exports: Default::default(),
     });
     Api { app, _dir: dir }
 }

@@ -125,6 +125,7 @@ async fn request(path: &str, fail_keys: bool) -> Outcome {
         plans: Arc::new(Plans::default()),
         clock: Arc::new(hindsight_schemas::time::SystemClock),
         cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
+        exports: Default::default(),
     };
     let response = router(state)
         .oneshot(

@@ -20,10 +20,16 @@
 //!   file of ticks next to DuckDB and ClickHouse (chdb) rolling the same
 //!   file into the same buckets: seconds, bytes on disk, ratios, after
 //!   checking the three agree (needs `cargo build --release` and the
-//!   virtualenv `scripts/install-tools.sh` fills).
+//!   virtualenv `scripts/install-tools.sh` fills);
+//! - `export`: a 10-million-row bulk export as CSV and Parquet from a
+//!   `hindsight api` process: MB/s, rows/s and the process's RSS while it
+//!   streams, next to nginx serving the same CSV bytes, and the Parquet
+//!   file read back with pyarrow (needs `cargo build --release`, nginx and
+//!   the virtualenv).
 
 mod api;
 mod engines;
+mod export;
 mod nginx;
 mod pipeline;
 mod rollup;
@@ -53,6 +59,9 @@ fn main() -> anyhow::Result<()> {
     }
     if all || which.contains(&"shapes") {
         shapes::run(quick)?;
+    }
+    if all || which.contains(&"export") {
+        export::run(quick)?;
     }
     println!("peak RSS of this process: {:.0} MB", peak_rss_mb());
     Ok(())

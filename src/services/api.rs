@@ -97,6 +97,7 @@ pub async fn router(cfg: &ApiConfig, store: Arc<dyn Store>) -> anyhow::Result<Ro
         catalog,
         clock: cfg.clock.clone(),
         cursors: cfg.cursors.clone(),
+        exports: Default::default(),
     }))
 }
 

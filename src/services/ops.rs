@@ -132,6 +132,16 @@ fn known_series() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
             out.push((tm::API_INTERNAL_ERRORS, labels));
         }
     }
+    for kind in ["prices", "books", "metrics"] {
+        for format in ["csv", "parquet"] {
+            let labels = vec![("kind", kind.to_string()), ("format", format.to_string())];
+            out.push((tm::API_EXPORT_BYTES, labels));
+        }
+        for cause in ["client_gone", "client_stalled", "store", "encode"] {
+            let labels = vec![("kind", kind.to_string()), ("cause", cause.to_string())];
+            out.push((tm::API_EXPORTS_CUT, labels));
+        }
+    }
     for op in STORE_OPS {
         out.push(one(tm::STORE_QUERY_SECONDS, "op", op));
         out.push(one(tm::STORE_ERRORS, "op", op));

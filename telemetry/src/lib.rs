@@ -86,6 +86,13 @@ pub const API_RATE_LIMITED: &str = "hindsight_api_rate_limited_total";
 /// Requests that failed on our side (500), by `route` and `cause` (`store`,
 /// `invariant`); each is also logged once with its cause.
 pub const API_INTERNAL_ERRORS: &str = "hindsight_api_internal_errors_total";
+/// Bytes of export files sent, by `kind` (prices, books, metrics) and
+/// `format` (csv, parquet).
+pub const API_EXPORT_BYTES: &str = "hindsight_api_export_bytes_total";
+/// Exports that stopped before their end, by `kind` and `cause`:
+/// `client_gone`, `client_stalled` (stopped reading), `store`, `encode`
+/// (the last two cut the body short; each is logged with its cause).
+pub const API_EXPORTS_CUT: &str = "hindsight_api_exports_cut_total";
 
 // ---- store --------------------------------------------------------------------
 /// Read-store query latency, by `op`.
@@ -230,6 +237,16 @@ pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
         API_INTERNAL_ERRORS,
         Unit::Count,
         "API requests that failed on our side (500), by route and cause.",
+    ),
+    (
+        API_EXPORT_BYTES,
+        Unit::Bytes,
+        "Bytes of export files sent, by kind and format.",
+    ),
+    (
+        API_EXPORTS_CUT,
+        Unit::Count,
+        "Exports that stopped before their end, by kind and cause.",
     ),
     (
         STORE_QUERY_SECONDS,

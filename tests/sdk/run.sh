@@ -134,6 +134,8 @@ echo "== schemathesis, $deployment deployment, against $probe_url/openapi.json"
 # through ingest, and served by the API replica schemathesis probes.
 st=tests/sdk/schemathesis
 "$venv/bin/python" "$st/support.py" seed "$seed_ingest_url" "$probe_url" "$st/dataset.ndjson"
+echo "== bulk exports, $deployment deployment: Parquet (read with pyarrow) and CSV against the pages"
+"$venv/bin/python" "$st/support.py" exports "$probe_url" "$st/dataset.ndjson"
 # No 5xx and no response that violates the document. (Schema-valid requests
 # may still be refused: the document cannot express start_ts <= end_ts.)
 status=0

@@ -39,7 +39,7 @@ fn check(caller: &Caller, point: DataPoint, q: &HistoryQuery) -> Result<(), ApiE
         .check_history(point, q.resolution, q.start, caller.now)
 }
 
-async fn token(state: &ApiState, token_id: String) -> Result<TokenRef, ApiError> {
+pub(super) async fn token(state: &ApiState, token_id: String) -> Result<TokenRef, ApiError> {
     let token_id = path_id("token_id", token_id)?;
     state
         .store
@@ -48,7 +48,7 @@ async fn token(state: &ApiState, token_id: String) -> Result<TokenRef, ApiError>
         .ok_or_else(|| ApiError::NotFound("Token not found".into()))
 }
 
-async fn market(state: &ApiState, id_or_slug: String) -> Result<MarketRecord, ApiError> {
+pub(super) async fn market(state: &ApiState, id_or_slug: String) -> Result<MarketRecord, ApiError> {
     let key = path_id("id_or_slug", id_or_slug)?;
     state
         .store

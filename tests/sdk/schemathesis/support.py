@@ -4,6 +4,12 @@
                                  feeds DATASET (NDJSON) through the ingest
                                  service at INGEST and waits until the API
                                  at API serves all of it
+  support.py exports API DATASET
+                                 downloads every token's prices and books and
+                                 every market's metrics of DATASET from
+                                 /v1/export as Parquet (read with pyarrow) and
+                                 CSV, and compares each row with the paged
+                                 /v1 history routes
   support.py report NDJSON       prints, per operation, the cases schemathesis
                                  ran and the statuses they got (from its
                                  `--report ndjson` events); fails when an
@@ -23,6 +29,8 @@ import time
 from collections import Counter, defaultdict
 from urllib.parse import urlsplit
 
+import csv
+import io
 import httpx
 
 
@@ -75,6 +83,74 @@ def seed(ingest: str, url: str, dataset: str) -> None:
     sys.exit(f"{dataset} was accepted but not served within 60 s")
 
 
+def pages(url: str, path: str, params: dict, headers: dict) -> list[dict]:
+    """Every point of a history route, following `next_cursor`."""
+    out, cursor = [], None
+    while True:
+        query = dict(params, limit=200, **({"cursor": cursor} if cursor else {}))
+        r = httpx.get(f"{url}{path}", params=query, headers=headers, timeout=60)
+        r.raise_for_status()
+        body = r.json()
+        out.extend(body["data"])
+        cursor = body["metadata"].get("next_cursor")
+        if not cursor:
+            return out
+
+
+def exports(url: str, dataset: str) -> None:
+    import pyarrow.parquet as pq
+
+    with open(dataset, "rb") as f:
+        lines = [json.loads(line) for line in f.read().splitlines() if line.strip()]
+    times = [line["ts"] for line in lines if "ts" in line]
+    span = {"start_ts": min(times) // 60 * 60, "end_ts": max(times) // 60 * 60 + 60}
+    headers = {"X-API-Key": os.environ["HINDSIGHT_KEY_ENTERPRISE"]}
+    tokens = sorted({line["token_id"] for line in lines if line["kind"] in ("price", "book")})
+    markets = sorted({line["market_id"] for line in lines if line["kind"] == "metrics"})
+    checked = Counter()
+
+    def download(kind: str, fmt: str, **series) -> bytes:
+        r = httpx.get(f"{url}/v1/export/{kind}", params=dict(span, resolution="1m", format=fmt, **series),
+                      headers=headers, timeout=60)
+        if r.status_code != 200:
+            sys.exit(f"export {kind} {series}: {r.status_code} {r.text}")
+        return r.content
+
+    def millis(iso: str) -> int:
+        from datetime import datetime
+        return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+    for token in tokens:
+        for kind, fields in (("prices", ["p"]), ("books", ["bids", "asks"])):
+            want = pages(url, f"/v1/tokens/{token}/{kind}", dict(span, resolution="1m"), headers)
+            want = [(millis(p["t"]), *[p[f] for f in fields]) for p in want]
+            table = pq.read_table(io.BytesIO(download(kind, "parquet", token_id=token))).to_pylist()
+            got = [(int(row["t"].timestamp() * 1000),
+                    *[row[f] if kind == "prices" else json.loads(row[f]) for f in fields]) for row in table]
+            if got != want:
+                sys.exit(f"{kind} of {token}: the Parquet export differs from the pages")
+            rows = list(csv.DictReader(io.StringIO(download(kind, "csv", token_id=token).decode())))
+            got = [(millis(row["t"]), *[float(row[f]) if kind == "prices" else json.loads(row[f]) for f in fields])
+                   for row in rows]
+            if got != want:
+                sys.exit(f"{kind} of {token}: the CSV export differs from the pages")
+            checked[kind] += len(want)
+    for market in markets:
+        fields = ["volume", "liquidity", "spread"]
+        want = pages(url, f"/v1/markets/{market}/metrics", dict(span, resolution="1m"), headers)
+        want = [(millis(p["t"]), *[p[f] for f in fields]) for p in want]
+        table = pq.read_table(io.BytesIO(download("metrics", "parquet", market_id=market))).to_pylist()
+        got = [(int(row["t"].timestamp() * 1000), *[row[f] for f in fields]) for row in table]
+        if got != want:
+            sys.exit(f"metrics of {market}: the Parquet export differs from the pages")
+        checked["metrics"] += len(want)
+    if not all(checked[k] for k in ("prices", "books", "metrics")):
+        sys.exit(f"the dataset exported nothing to compare: {dict(checked)}")
+    print(f"exports equal the pages, row for row (pyarrow {__import__('pyarrow').__version__}): "
+          f"{checked['prices']} prices and {checked['books']} books of {len(tokens)} tokens "
+          f"(Parquet and CSV), {checked['metrics']} metrics of {len(markets)} markets (Parquet)")
+
+
 def report(path: str, spec: str) -> None:
     """Per operation: cases and statuses. `spec` is the OpenAPI document,
     whose paths name the operations (request paths are matched to them)."""
@@ -120,4 +196,4 @@ def report(path: str, spec: str) -> None:
 
 if __name__ == "__main__":
     command, *args = sys.argv[1:]
-    {"seed": seed, "report": report}[command](*args)
+    {"seed": seed, "exports": exports, "report": report}[command](*args)

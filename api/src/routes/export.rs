@@ -1,0 +1,492 @@
+//! Bulk export: a whole range of one token's or one market's history as a
+//! single CSV or Parquet file, instead of hundreds of 200-point pages.
+//!
+//! The handler checks the plan and the series, then answers at once with a
+//! streamed body. A task reads the store [`CHUNK`] points at a time into an
+//! [`Encoder`] and sends each piece of the file as it fills, through a
+//! channel of [`PIECES_IN_FLIGHT`] pieces: a slow reader holds the reading
+//! task back instead of letting the file pile up in memory, so an export of
+//! any length costs one chunk, one piece in the encoder and the pieces in
+//! flight. Each replica runs at most [`ExportSlots`] exports at once (more
+//! wait for none: 503 with `Retry-After`), and a client that stops reading
+//! for [`SEND_TIMEOUT`] loses its export, so neither many nor stalled
+//! downloads can hold a replica.
+//!
+//! A failure after the status line was sent (the store fails mid-file) can
+//! no longer change the status: the body is then cut without its final
+//! chunk, which every HTTP client reports as an incomplete transfer, and
+//! the cause is logged and counted once. An export that completes is the
+//! whole range: nothing is skipped.
+
+use super::history::{market, token};
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::export::{number, text, time, Cell, Column, EncodeError, Encoder, Format};
+use crate::plans::DataPoint;
+use crate::query::ExportQuery;
+use crate::ApiState;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use hindsight_contracts::{self as read, Range};
+use hindsight_schemas::api::ErrorResponse;
+use hindsight_schemas::Timestamp;
+use hindsight_telemetry as tm;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+/// Points read from the store per query.
+pub const CHUNK: usize = 10_000;
+/// File pieces sent but not yet taken by the connection.
+pub const PIECES_IN_FLIGHT: usize = 2;
+/// How long a piece may wait for the client to read before the export is
+/// dropped.
+pub const SEND_TIMEOUT: Duration = Duration::from_secs(60);
+/// Exports one replica runs at once, by default.
+pub const CONCURRENT_EXPORTS: usize = 4;
+/// `Retry-After` of an export refused because every slot is taken.
+const BUSY_RETRY_AFTER_SECS: u32 = 5;
+
+const PRICES: &[Column] = &[text("market_id"), text("token_id"), time("t"), number("p")];
+const BOOKS: &[Column] = &[
+    text("market_id"),
+    text("token_id"),
+    time("t"),
+    text("bids"),
+    text("asks"),
+];
+const METRICS: &[Column] = &[
+    text("market_id"),
+    time("t"),
+    number("volume"),
+    number("liquidity"),
+    number("spread"),
+];
+
+/// The exports a replica may run at once.
+#[derive(Clone)]
+pub struct ExportSlots(Arc<Semaphore>);
+
+impl ExportSlots {
+    pub fn new(n: usize) -> Self {
+        ExportSlots(Arc::new(Semaphore::new(n)))
+    }
+
+    fn take(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        self.0.clone().try_acquire_owned().map_err(|_| busy())
+    }
+}
+
+impl Default for ExportSlots {
+    fn default() -> Self {
+        ExportSlots::new(CONCURRENT_EXPORTS)
+    }
+}
+
+fn busy() -> ApiError {
+    ApiError::Unavailable {
+        detail: format!(
+            "Every export slot of this replica is taken ({CONCURRENT_EXPORTS} at once); \
+             retry in {BUSY_RETRY_AFTER_SECS} seconds."
+        ),
+        retry_after: BUSY_RETRY_AFTER_SECS,
+    }
+}
+
+/// What an export holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Prices,
+    Books,
+    Metrics,
+}
+
+impl Kind {
+    fn as_str(self) -> &'static str {
+        match self {
+            Kind::Prices => "prices",
+            Kind::Books => "books",
+            Kind::Metrics => "metrics",
+        }
+    }
+
+    fn columns(self) -> &'static [Column] {
+        match self {
+            Kind::Prices => PRICES,
+            Kind::Books => BOOKS,
+            Kind::Metrics => METRICS,
+        }
+    }
+
+    fn point(self) -> DataPoint {
+        match self {
+            Kind::Prices => DataPoint::Prices,
+            Kind::Books => DataPoint::Books,
+            Kind::Metrics => DataPoint::Metrics,
+        }
+    }
+}
+
+/// One series of the file: a token (prices, books) or a market (metrics).
+#[derive(Debug, Clone)]
+struct Series {
+    market_id: String,
+    token_id: String,
+}
+
+/// A stored point as a row of the file.
+trait Exported: Send + 'static {
+    fn t(&self) -> Timestamp;
+    fn encode(&self, series: &Series, enc: &mut Encoder) -> Result<(), EncodeError>;
+}
+
+impl Exported for read::PricePoint {
+    fn t(&self) -> Timestamp {
+        self.t
+    }
+    fn encode(&self, s: &Series, enc: &mut Encoder) -> Result<(), EncodeError> {
+        enc.row(&[
+            Cell::Text(&s.market_id),
+            Cell::Text(&s.token_id),
+            Cell::Time(self.t),
+            Cell::Number(self.p),
+        ])
+    }
+}
+
+impl Exported for read::BookPoint {
+    fn t(&self) -> Timestamp {
+        self.t
+    }
+    fn encode(&self, s: &Series, enc: &mut Encoder) -> Result<(), EncodeError> {
+        enc.row(&[
+            Cell::Text(&s.market_id),
+            Cell::Text(&s.token_id),
+            Cell::Time(self.t),
+            Cell::Text(&self.bids),
+            Cell::Text(&self.asks),
+        ])
+    }
+}
+
+impl Exported for read::MetricsPoint {
+    fn t(&self) -> Timestamp {
+        self.t
+    }
+    fn encode(&self, s: &Series, enc: &mut Encoder) -> Result<(), EncodeError> {
+        enc.row(&[
+            Cell::Text(&s.market_id),
+            Cell::Time(self.t),
+            Cell::Number(self.volume),
+            Cell::Number(self.liquidity),
+            Cell::Number(self.spread),
+        ])
+    }
+}
+
+macro_rules! export_route {
+    ($name:ident, $kind:expr, $path:literal, $what:literal) => {
+        #[doc = $what]
+        #[utoipa::path(get, path = $path, tag = "export",
+            params(ExportQuery),
+            responses(
+                (status = 200, description = "The whole range as one file, streamed (`format`). A body cut short (no final chunk) is an export that failed part way: retry it.",
+                    content((String = "text/csv"), (Vec<u8> = "application/vnd.apache.parquet"))),
+                (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
+                (status = 403, body = ErrorResponse), (status = 404, body = ErrorResponse),
+                (status = 422, body = hindsight_schemas::api::ValidationErrorResponse),
+                (status = 429, body = ErrorResponse), (status = 503, body = ErrorResponse)))]
+        pub async fn $name(
+            State(state): State<ApiState>,
+            caller: Caller,
+            q: ExportQuery,
+        ) -> Result<Response, ApiError> {
+            export(state, caller, q, $kind).await
+        }
+    };
+}
+
+export_route!(
+    export_prices,
+    Kind::Prices,
+    "/v1/export/prices",
+    "Price history of a token, or of every token of a market, as one file: \
+     columns `market_id, token_id, t, p`, by token, then time."
+);
+export_route!(
+    export_books,
+    Kind::Books,
+    "/v1/export/books",
+    "Order-book history of a token, or of every token of a market, as one file: \
+     columns `market_id, token_id, t, bids, asks` (levels as JSON text `[[price,size],…]`), \
+     by token, then time."
+);
+export_route!(
+    export_metrics,
+    Kind::Metrics,
+    "/v1/export/metrics",
+    "Metrics history of a market as one file: columns `market_id, t, volume, liquidity, spread`."
+);
+
+async fn export(
+    state: ApiState,
+    caller: Caller,
+    q: ExportQuery,
+    kind: Kind,
+) -> Result<Response, ApiError> {
+    caller
+        .plan
+        .check_history(kind.point(), q.resolution, q.start, caller.now)?;
+    let (series, name) = series(&state, &q, kind).await?;
+    let slot = state.exports.take()?;
+    let encoder = Encoder::new(q.format, kind.columns())
+        .map_err(|e| ApiError::invariant(e.to_string()))?;
+    let (tx, rx) = mpsc::channel(PIECES_IN_FLIGHT);
+    let range = Range {
+        res: q.resolution,
+        start: q.start,
+        end: q.end,
+        limit: CHUNK,
+    };
+    let job = Job {
+        state,
+        kind,
+        format: q.format,
+        range,
+        sink: Sink { tx, sent: 0 },
+    };
+    tokio::spawn(job.run(series, encoder, slot));
+    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|piece| (piece, rx))
+    }));
+    let filename = format!(
+        "attachment; filename=\"{}-{}-{}.{}\"",
+        kind.as_str(),
+        name,
+        q.resolution.as_str(),
+        q.format.as_str()
+    );
+    let mut response = (StatusCode::OK, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(q.format.content_type()),
+    );
+    // The name is ids the store resolved, restricted to what a filename
+    // and a header may hold.
+    if let Ok(value) = HeaderValue::from_str(&filename) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    Ok(response)
+}
+
+/// The series an export reads, in file order, and a name for the file.
+async fn series(
+    state: &ApiState,
+    q: &ExportQuery,
+    kind: Kind,
+) -> Result<(Vec<Series>, String), ApiError> {
+    let safe = |id: &str| -> String {
+        id.chars()
+            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .take(64)
+            .collect()
+    };
+    match (&q.token_id, &q.market_id, kind) {
+        (Some(token_id), _, Kind::Prices | Kind::Books) => {
+            let t = token(state, token_id.clone()).await?;
+            let name = safe(&t.token_id);
+            Ok((
+                vec![Series {
+                    market_id: t.market_id,
+                    token_id: t.token_id,
+                }],
+                name,
+            ))
+        }
+        (None, Some(market_id), Kind::Prices | Kind::Books) => {
+            let m = market(state, market_id.clone()).await?;
+            let series = m
+                .tokens
+                .iter()
+                .map(|t| Series {
+                    market_id: m.id.clone(),
+                    token_id: t.id.clone(),
+                })
+                .collect();
+            Ok((series, safe(&m.id)))
+        }
+        (_, Some(market_id), Kind::Metrics) => {
+            let m = market(state, market_id.clone()).await?;
+            Ok((
+                vec![Series {
+                    market_id: m.id.clone(),
+                    token_id: String::new(),
+                }],
+                safe(&m.id),
+            ))
+        }
+        // The extractor lets through only what some kind accepts.
+        _ => Err(ApiError::Validation(vec![crate::error::issue(
+            "query",
+            "market_id",
+            "Metrics are per market: give `market_id`",
+            "missing",
+        )])),
+    }
+}
+
+/// Why an export stopped before its end.
+enum Stop {
+    /// The client went away: nothing to report to anyone.
+    Gone,
+    /// The client stopped reading for [`SEND_TIMEOUT`].
+    Stalled,
+    Store(read::Error),
+    Encode(EncodeError),
+}
+
+impl From<read::Error> for Stop {
+    fn from(e: read::Error) -> Self {
+        Stop::Store(e)
+    }
+}
+
+impl From<EncodeError> for Stop {
+    fn from(e: EncodeError) -> Self {
+        Stop::Encode(e)
+    }
+}
+
+struct Sink {
+    tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
+    sent: u64,
+}
+
+impl Sink {
+    async fn send(&mut self, piece: Vec<u8>) -> Result<(), Stop> {
+        if piece.is_empty() {
+            return Ok(());
+        }
+        let len = piece.len() as u64;
+        match tokio::time::timeout(SEND_TIMEOUT, self.tx.send(Ok(Bytes::from(piece)))).await {
+            Ok(Ok(())) => {
+                self.sent += len;
+                Ok(())
+            }
+            Ok(Err(_)) => Err(Stop::Gone),
+            Err(_) => Err(Stop::Stalled),
+        }
+    }
+}
+
+/// One running export: reads, encodes and sends until the range is done.
+struct Job {
+    state: ApiState,
+    kind: Kind,
+    format: Format,
+    range: Range,
+    sink: Sink,
+}
+
+impl Job {
+    async fn run(mut self, series: Vec<Series>, mut encoder: Encoder, _slot: OwnedSemaphorePermit) {
+        let outcome = self.write(&series, &mut encoder).await;
+        let outcome = match outcome {
+            Ok(()) => match encoder.finish() {
+                Ok(rest) => self.sink.send(rest).await,
+                Err(e) => Err(Stop::Encode(e)),
+            },
+            Err(stop) => Err(stop),
+        };
+        let (kind, format) = (self.kind.as_str(), self.format.as_str());
+        metrics::counter!(tm::API_EXPORT_BYTES, "kind" => kind, "format" => format)
+            .increment(self.sink.sent);
+        let cause = match outcome {
+            Ok(()) => return,
+            Err(Stop::Gone) => {
+                tracing::debug!(kind, format, sent = self.sink.sent, "export abandoned by the client");
+                "client_gone"
+            }
+            Err(Stop::Stalled) => {
+                tracing::warn!(kind, format, sent = self.sink.sent, timeout_secs = SEND_TIMEOUT.as_secs(),
+                    "export dropped: the client stopped reading");
+                "client_stalled"
+            }
+            Err(Stop::Store(e)) => {
+                tracing::error!(kind, format, sent = self.sink.sent, error = %e, "export cut short: the store failed");
+                self.cut().await;
+                "store"
+            }
+            Err(Stop::Encode(e)) => {
+                tracing::error!(kind, format, sent = self.sink.sent, error = %e, "export cut short");
+                self.cut().await;
+                "encode"
+            }
+        };
+        metrics::counter!(tm::API_EXPORTS_CUT, "kind" => kind, "cause" => cause).increment(1);
+    }
+
+    /// Ends the body with an error, so the connection drops it without its
+    /// final chunk: the client sees an incomplete transfer, never a file
+    /// that looks whole.
+    async fn cut(&mut self) {
+        let error = std::io::Error::other("export cut short");
+        let _ = tokio::time::timeout(SEND_TIMEOUT, self.sink.tx.send(Err(error))).await;
+    }
+
+    async fn write(&mut self, series: &[Series], enc: &mut Encoder) -> Result<(), Stop> {
+        for s in series {
+            match self.kind {
+                Kind::Prices => {
+                    let store = &self.state.store.clone();
+                    self.drain(s, enc, |id, r| async move { store.prices(&id, r).await })
+                        .await?
+                }
+                Kind::Books => {
+                    let store = &self.state.store.clone();
+                    self.drain(s, enc, |id, r| async move { store.books(&id, r).await })
+                        .await?
+                }
+                Kind::Metrics => {
+                    let store = &self.state.store.clone();
+                    self.drain(s, enc, |id, r| async move { store.metrics(&id, r).await })
+                        .await?
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Every point of one series in the range, chunk by chunk.
+    async fn drain<P, F, Fut>(&mut self, s: &Series, enc: &mut Encoder, read: F) -> Result<(), Stop>
+    where
+        P: Exported,
+        F: Fn(String, Range) -> Fut,
+        Fut: std::future::Future<Output = read::Result<Vec<P>>>,
+    {
+        let id = match self.kind {
+            Kind::Metrics => &s.market_id,
+            Kind::Prices | Kind::Books => &s.token_id,
+        };
+        let mut range = self.range;
+        loop {
+            let points = read(id.clone(), range).await?;
+            for p in &points {
+                p.encode(s, enc)?;
+                if let Some(piece) = enc.ready()? {
+                    self.sink.send(piece).await?;
+                }
+            }
+            match points.last() {
+                Some(last) if points.len() == CHUNK => {
+                    range.start = Timestamp(last.t().0 + range.res.width_ms());
+                }
+                _ => return Ok(()),
+            }
+        }
+    }
+}
