@@ -36,7 +36,7 @@ fn input() -> Input {
     prices.push(("m1-yes", DAY + 65, 0.99)); // late: folds into its own minute
     let books = (DAY..end)
         .step_by(45)
-        .map(|t| (t, vec![[next(), 10.0], [0.01, 2.5]], vec![[next(), 3.0]]))
+        .map(|t| (t, vec![[0.1 + next() * 0.4, 10.0], [0.01, 2.5]], vec![[0.55 + next() * 0.4, 3.0]]))
         .collect();
     let metrics = (DAY..end)
         .step_by(30)
