@@ -450,6 +450,13 @@ mod tests {
         async fn prices(&self, _: &str, _: Range) -> hindsight_contracts::Result<Vec<PricePoint>> {
             Ok(vec![])
         }
+        async fn candles(
+            &self,
+            _: &str,
+            _: Range,
+        ) -> hindsight_contracts::Result<Vec<CandlePoint>> {
+            Ok(vec![])
+        }
         async fn metrics(
             &self,
             _: &str,

@@ -85,6 +85,11 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/tokens/{token_id}/prices", get(history::token_prices))
         .route("/v1/markets/{id_or_slug}/books", get(history::market_books))
         .route("/v1/tokens/{token_id}/books", get(history::token_books))
+        .route(
+            "/v1/markets/{id_or_slug}/candles",
+            get(history::market_candles),
+        )
+        .route("/v1/tokens/{token_id}/candles", get(history::token_candles))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::meter))
         // Around `meter`: the request was counted before the comparison,
         // and a 304 keeps the rate headers `meter` put on the 200.

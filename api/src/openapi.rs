@@ -34,13 +34,15 @@ use utoipa::{Modify, OpenApi};
         history::token_prices,
         history::market_books,
         history::token_books,
+        history::market_candles,
+        history::token_candles,
     ),
     modifiers(&ApiKeyAuth, &Revalidation, &Links),
     security(("APIKeyHeader" = [])),
     tags(
         (name = "utility", description = "Health and usage"),
         (name = "discovery", description = "Series, events, markets and tags"),
-        (name = "history", description = "Prices, metrics and order books")
+        (name = "history", description = "Prices, candles, metrics and order books")
     )
 )]
 struct ApiDoc;
@@ -137,7 +139,7 @@ struct Links;
 
 /// `(from operation, link name, to operation, its parameter, JSON pointer
 /// into the `200` body)`: lists link their first item.
-const LINKS: [(&str, &str, &str, &str, &str); 14] = [
+const LINKS: [(&str, &str, &str, &str, &str); 18] = [
     (
         "list_series",
         "events",
@@ -221,6 +223,34 @@ const LINKS: [(&str, &str, &str, &str, &str); 14] = [
         "get_market",
         "token_books",
         "token_books",
+        "token_id",
+        "/tokens/0/id",
+    ),
+    (
+        "list_markets",
+        "market_candles",
+        "market_candles",
+        "id_or_slug",
+        "/data/0/id",
+    ),
+    (
+        "list_markets",
+        "token_candles",
+        "token_candles",
+        "token_id",
+        "/data/0/tokens/0/id",
+    ),
+    (
+        "get_market",
+        "candles",
+        "market_candles",
+        "id_or_slug",
+        "/id",
+    ),
+    (
+        "get_market",
+        "token_candles",
+        "token_candles",
         "token_id",
         "/tokens/0/id",
     ),

@@ -30,6 +30,9 @@ impl ReadStore for DownStore {
     async fn prices(&self, _: &str, _: Range) -> Result<Vec<PricePoint>> {
         Err(down())
     }
+    async fn candles(&self, _: &str, _: Range) -> Result<Vec<CandlePoint>> {
+        Err(down())
+    }
     async fn metrics(&self, _: &str, _: Range) -> Result<Vec<MetricsPoint>> {
         Err(down())
     }

@@ -110,6 +110,37 @@ pub struct PricePoint {
     /// Average probability in the bucket, 0.0 to 1.0.
     #[schema(minimum = 0.0, maximum = 1.0)]
     pub p: f64,
+    /// `true` on a point `fill=previous` carried into a bucket without
+    /// ticks (beyond SPEC.md); absent on every stored bucket.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub filled: bool,
+}
+
+/// The candle of one price bucket: the probability of its earliest tick
+/// (`o`), greatest (`h`), least (`l`) and latest (`c`), ties on time
+/// going by log position, and its number of ticks (`n`). Trade volume and
+/// trade counts will sit beside these once trades are projected.
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct CandlePoint {
+    /// Bucket start, ISO 8601 UTC.
+    #[schema(value_type = String)]
+    pub t: IsoTime,
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub o: f64,
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub h: f64,
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub l: f64,
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub c: f64,
+    /// Price ticks in the bucket.
+    #[schema(minimum = 0)]
+    pub n: u64,
+    /// `true` on a candle `fill=previous` made for a bucket without ticks
+    /// (the previous close as `o`, `h`, `l` and `c`; `n` 0); absent on
+    /// every stored bucket.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub filled: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
@@ -163,6 +194,27 @@ pub struct MarketPricesResponse {
     pub tokens: BTreeMap<String, String>,
     /// Token label → chronological points.
     pub data: BTreeMap<String, Vec<PricePoint>>,
+    pub metadata: PageMetadata,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct TokenCandlesResponse {
+    pub market_id: String,
+    pub token_id: String,
+    pub token_label: String,
+    pub resolution: String,
+    pub data: Vec<CandlePoint>,
+    pub metadata: PageMetadata,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct MarketCandlesResponse {
+    pub market_id: String,
+    pub resolution: String,
+    /// Token label → token id, for every token of the market.
+    pub tokens: BTreeMap<String, String>,
+    /// Token label → chronological candles.
+    pub data: BTreeMap<String, Vec<CandlePoint>>,
     pub metadata: PageMetadata,
 }
 

@@ -118,6 +118,9 @@ impl ReadStore for Broken {
     async fn prices(&self, token_id: &str, range: Range) -> Result<Vec<PricePoint>> {
         self.inner.prices(token_id, range).await
     }
+    async fn candles(&self, token_id: &str, range: Range) -> Result<Vec<CandlePoint>> {
+        self.inner.candles(token_id, range).await
+    }
     async fn metrics(&self, market_id: &str, range: Range) -> Result<Vec<MetricsPoint>> {
         self.inner.metrics(market_id, range).await
     }

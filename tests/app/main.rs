@@ -7,6 +7,7 @@
 
 mod api_contract;
 mod caching;
+mod candles;
 mod cli;
 mod cursors;
 mod faults;
