@@ -4,7 +4,7 @@
 //! keeps equal to this (`hindsight openapi > api/openapi.json` refreshes it).
 
 use crate::page;
-use crate::routes::{self, discovery, history};
+use crate::routes::{self, discovery, estimate, history};
 use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::link::LinkBuilder;
@@ -36,13 +36,15 @@ use utoipa::{Modify, OpenApi};
         history::token_books,
         history::market_candles,
         history::token_candles,
+        estimate::estimate,
     ),
     modifiers(&ApiKeyAuth, &Revalidation, &Links),
     security(("APIKeyHeader" = [])),
     tags(
         (name = "utility", description = "Health and usage"),
         (name = "discovery", description = "Series, events, markets and tags"),
-        (name = "history", description = "Prices, candles, metrics and order books")
+        (name = "history", description = "Prices, candles, metrics and order books"),
+        (name = "estimate", description = "Points and bytes a history request would return")
     )
 )]
 struct ApiDoc;

@@ -249,6 +249,16 @@ impl Point for read::BookPoint {
     }
 }
 
+/// Bytes `point` takes in a page (its encoding and the comma after it);
+/// its size hint when it cannot be encoded (a bucket without a candle).
+pub fn point_len<P: Point>(point: &P) -> usize {
+    let mut w = Writer::with_capacity(point.size_hint());
+    match point.write(&mut w) {
+        Ok(()) => w.buf.len() + 1,
+        Err(_) => point.size_hint() + 1,
+    }
+}
+
 /// The buffer a page is written into.
 pub struct Writer {
     buf: Vec<u8>,

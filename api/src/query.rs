@@ -412,6 +412,84 @@ where
     }
 }
 
+// ---- estimates -----------------------------------------------------------------
+
+/// Which history route an estimate is for (`/v1/estimate/{kind}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EstimateKind {
+    Prices,
+    Books,
+    Metrics,
+    Candles,
+}
+
+impl QueryEnum for EstimateKind {
+    const ALL: &'static [Self] = &[
+        EstimateKind::Prices,
+        EstimateKind::Books,
+        EstimateKind::Metrics,
+        EstimateKind::Candles,
+    ];
+    fn as_str(self) -> &'static str {
+        match self {
+            EstimateKind::Prices => "prices",
+            EstimateKind::Books => "books",
+            EstimateKind::Metrics => "metrics",
+            EstimateKind::Candles => "candles",
+        }
+    }
+}
+
+impl EstimateKind {
+    /// The path parameter, or the 422 of a word that is not a kind.
+    pub fn parse_path(text: &str) -> Result<Self, ApiError> {
+        Self::parse(text).ok_or_else(|| {
+            let words: Vec<&str> = Self::ALL.iter().map(|w| w.as_str()).collect();
+            ApiError::Validation(vec![issue(
+                "path",
+                "kind",
+                format!("Input should be {}", or_list(&words)),
+                "enum",
+            )])
+        })
+    }
+}
+
+/// The series an estimate counts: one token (`token_id`), or every token
+/// (metrics: the market itself) of a market (`market`, id or slug).
+#[derive(Debug, Clone, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EstimateTarget {
+    /// A token, as on `/v1/tokens/{token_id}/…` (not for metrics).
+    #[param(min_length = 1, max_length = 200)]
+    pub token_id: Option<String>,
+    /// A market id or slug, as on `/v1/markets/{id_or_slug}/…`.
+    #[param(min_length = 1, max_length = 200)]
+    pub market: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for EstimateTarget {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let q = QueryPairs::from_parts(parts, state).await?;
+        let mut errors = Vec::new();
+        let target = EstimateTarget {
+            token_id: id_param(&q, "token_id", &mut errors),
+            market: id_param(&q, "market", &mut errors),
+        };
+        if !errors.is_empty() {
+            return Err(ApiError::Validation(errors));
+        }
+        if target.token_id.is_some() == target.market.is_some() {
+            return Err(ApiError::BadRequest(
+                "Give exactly one of `token_id` and `market`.".into(),
+            ));
+        }
+        Ok(target)
+    }
+}
+
 // ---- discovery lists ----------------------------------------------------------
 
 /// The parameters a discovery list adds to those every list shares

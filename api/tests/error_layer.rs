@@ -39,6 +39,9 @@ impl ReadStore for DownStore {
     async fn books(&self, _: &str, _: Range) -> Result<Vec<BookPoint>> {
         Err(down())
     }
+    async fn count(&self, _: Table, _: &str, _: Range) -> Result<u64> {
+        Err(down())
+    }
     async fn token(&self, _: &str) -> Result<Option<TokenRef>> {
         Err(down())
     }

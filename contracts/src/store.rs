@@ -295,6 +295,13 @@ pub trait ReadStore: Send + Sync {
     async fn candles(&self, token_id: &str, range: Range) -> Result<Vec<CandlePoint>>;
     async fn metrics(&self, market_id: &str, range: Range) -> Result<Vec<MetricsPoint>>;
     async fn books(&self, token_id: &str, range: Range) -> Result<Vec<BookPoint>>;
+    /// How many rows of `table` the series `id` (token, or market for
+    /// metrics) holds with `range.start <= bucket < range.end` at
+    /// `range.res`; `range.limit` is ignored. Contract: counted where the
+    /// rows are (one count per time partition holding rows on CQL), never
+    /// by reading them, and at a cost set by those partitions, not by the
+    /// empty time in the range (as for range reads).
+    async fn count(&self, table: Table, id: &str, range: Range) -> Result<u64>;
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>>;
     /// A market by id, or else by slug.
     async fn market(&self, id_or_slug: &str) -> Result<Option<MarketRecord>>;

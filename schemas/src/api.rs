@@ -235,6 +235,20 @@ pub struct MetricsResponse {
     pub metadata: PageMetadata,
 }
 
+/// What a history request would return, without reading it (beyond
+/// SPEC.md): its points and the approximate bytes of its pages.
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct EstimateResponse {
+    /// Points the range holds (market routes: across every token), as
+    /// counted by the store.
+    #[schema(minimum = 0)]
+    pub records: u64,
+    /// Approximate JSON bytes of every page at `limit=200`: one sampled
+    /// point's encoding times `records`, plus each page's head.
+    #[schema(minimum = 0)]
+    pub bytes: u64,
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
 pub struct HealthResponse {
     pub status: String,

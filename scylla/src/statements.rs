@@ -134,6 +134,13 @@ pub fn all(ks: &str) -> Vec<Stmt> {
                 ),
                 &["text", "bigint", "timestamp", "timestamp", "int"],
             ));
+            out.push(stmt(
+                format!("count_{kind}_{}", res.as_str()),
+                format!(
+                    "SELECT count(*) FROM {table} WHERE {id_col} = ? AND period = ? AND bucket >= ? AND bucket < ?"
+                ),
+                &["text", "bigint", "timestamp", "timestamp"],
+            ));
             if kind == "prices" {
                 let candle: Vec<&str> = CANDLE_COLUMNS.iter().map(|(n, _)| *n).collect();
                 out.push(stmt(

@@ -804,6 +804,35 @@ impl ScyllaStore {
         }
     }
 
+    /// The next time partitions of a series in `next..=last` that may hold
+    /// rows, in order (empty: none left). A short range visits its
+    /// partitions directly; a long one only those `series_periods` lists,
+    /// so empty years cost nothing.
+    async fn periods(
+        &self,
+        op: &'static str,
+        tbl: &str,
+        id: &str,
+        next: i64,
+        last: i64,
+    ) -> Result<Vec<i64>> {
+        if last - next < DIRECT_PERIODS {
+            return Ok((next..=last).collect());
+        }
+        self.exec(
+            op,
+            "select_series_periods",
+            (tbl, id, next, last, PERIODS_PER_LIST),
+        )
+        .await?
+        .into_rows_result()
+        .map_err(corrupt)?
+        .rows::<(i64,)>()
+        .map_err(corrupt)?
+        .map(|r| r.map(|(p,)| p).map_err(corrupt))
+        .collect()
+    }
+
     /// Reads `range` of one series of the `{table}_{res}` tables with the
     /// `range_{kind}_{res}` statements (`kind` is the table's, or
     /// `candles` on the prices tables).
@@ -824,27 +853,10 @@ impl ScyllaStore {
             period_of(range.res, range.end.0 - 1),
         );
         let tbl = format!("{}_{}", table.as_str(), range.res.as_str());
-        // Time partitions in order; stop as soon as the page is full. A
-        // short range reads its partitions directly; a long one reads only
-        // the partitions `series_periods` lists, so empty years cost nothing.
+        // Time partitions in order; stop as soon as the page is full.
         let mut next = first;
         while next <= last && out.len() < range.limit {
-            let periods: Vec<i64> = if last - next < DIRECT_PERIODS {
-                (next..=last).collect()
-            } else {
-                self.exec(
-                    "read_range",
-                    "select_series_periods",
-                    (&tbl, id, next, last, PERIODS_PER_LIST),
-                )
-                .await?
-                .into_rows_result()
-                .map_err(corrupt)?
-                .rows::<(i64,)>()
-                .map_err(corrupt)?
-                .map(|r| r.map(|(p,)| p).map_err(corrupt))
-                .collect::<Result<_>>()?
-            };
+            let periods = self.periods("read_range", &tbl, id, next, last).await?;
             let Some(&after) = periods.last() else {
                 break;
             };
@@ -1218,6 +1230,39 @@ impl ReadStore for ScyllaStore {
             Ok(())
         })
         .await
+    }
+
+    async fn count(&self, table: Table, id: &str, range: Range) -> Result<u64> {
+        let mut total = 0;
+        if range.end <= range.start {
+            return Ok(total);
+        }
+        let name = format!("count_{}_{}", table.as_str(), range.res.as_str());
+        let tbl = format!("{}_{}", table.as_str(), range.res.as_str());
+        let last = period_of(range.res, range.end.0 - 1);
+        let mut next = period_of(range.res, range.start.0);
+        while next <= last {
+            let periods = self.periods("count_rows", &tbl, id, next, last).await?;
+            let Some(&after) = periods.last() else {
+                break;
+            };
+            next = after + 1;
+            for period in periods {
+                let (n,) = self
+                    .exec(
+                        "count_rows",
+                        &name,
+                        (id, period, ts(range.start.0), ts(range.end.0)),
+                    )
+                    .await?
+                    .into_rows_result()
+                    .map_err(corrupt)?
+                    .single_row::<(i64,)>()
+                    .map_err(corrupt)?;
+                total += n as u64;
+            }
+        }
+        Ok(total)
     }
 
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>> {

@@ -802,6 +802,25 @@ impl ReadStore for SqliteStore {
         .await
     }
 
+    async fn count(&self, table: Table, id: &str, range: Range) -> CResult<u64> {
+        let p = range_params(id, &range);
+        let (name, id_col) = match table {
+            Table::Prices => ("price_buckets", "token_id"),
+            Table::Metrics => ("metric_buckets", "market_id"),
+            Table::Books => ("book_buckets", "token_id"),
+        };
+        let sql = format!(
+            "SELECT count(*) FROM {name} WHERE {id_col}=?1 AND res=?2 AND bucket>=?3 AND bucket<?4"
+        );
+        self.read("count_rows", move |conn| {
+            let n: i64 = conn
+                .prepare_cached(&sql)?
+                .query_row(params![p.0, p.1, p.2, p.3], |r| r.get(0))?;
+            Ok(n as u64)
+        })
+        .await
+    }
+
     async fn token(&self, token_id: &str) -> CResult<Option<TokenRef>> {
         let id = token_id.to_string();
         self.read("read_token", move |conn| {

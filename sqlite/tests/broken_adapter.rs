@@ -127,6 +127,9 @@ impl ReadStore for Broken {
     async fn books(&self, token_id: &str, range: Range) -> Result<Vec<BookPoint>> {
         self.inner.books(token_id, range).await
     }
+    async fn count(&self, table: Table, id: &str, range: Range) -> Result<u64> {
+        self.inner.count(table, id, range).await
+    }
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>> {
         self.inner.token(token_id).await
     }

@@ -10,6 +10,7 @@ mod caching;
 mod candles;
 mod cli;
 mod cursors;
+mod estimate;
 mod faults;
 mod helpers;
 mod ingest_validation;

@@ -2,6 +2,7 @@
 //! caller and validated the query; a handler checks the plan, reads, shapes.
 
 pub mod discovery;
+pub mod estimate;
 pub mod history;
 
 use crate::auth::{self, Caller};

@@ -236,6 +236,94 @@ pub async fn candles_round_trip_with_their_price_rows(
     Ok(())
 }
 
+/// `count` is the number of rows a range read would return without a
+/// limit, for every table, across time partitions and over decades of
+/// empty time, with `start` inclusive and `end` exclusive.
+pub async fn counts_are_the_rows_a_range_holds(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    const YEAR: i64 = 365 * 86_400_000;
+    let id = format!("{prefix}-count");
+    let res = Resolution::M1;
+    let w = res.width_ms();
+    // Every 3 hours for 30 days (several time partitions), then two rows
+    // decades later.
+    let mut buckets: Vec<i64> = (0..240).map(|i| T0 + i * 3 * 3_600_000).collect();
+    buckets.extend([T0 + 20 * YEAR, T0 + 40 * YEAR]);
+    let mut rows = Vec::new();
+    for &t in &buckets {
+        rows.push(price_row(&id, res, t, 0.5, 1, 1));
+        for (table, value) in [
+            (
+                Table::Metrics,
+                RowValue::Metrics {
+                    volume_sum: 1.0,
+                    liquidity_sum: 1.0,
+                    spread_sum: 0.1,
+                    count: 1,
+                },
+            ),
+            (
+                Table::Books,
+                RowValue::Book {
+                    ts: Timestamp(t),
+                    offset: 1,
+                    bids: "[]".into(),
+                    asks: "[]".into(),
+                },
+            ),
+        ] {
+            rows.push(Row {
+                key: RowKey {
+                    table,
+                    id: id.as_str().into(),
+                    res,
+                    bucket: Timestamp(t),
+                },
+                value,
+                last_offset: 1,
+            });
+        }
+    }
+    write(a, rows).await?;
+    let ranges = [
+        (T0, T0 + 50 * YEAR),
+        (T0 - YEAR, T0),
+        (T0 + w, T0 + 3 * 3_600_000),
+        (T0 + 3 * 3_600_000, T0 + 3 * 3_600_000 + 1),
+        (T0 + 7 * 86_400_000, T0 + 21 * 86_400_000),
+        (T0 + 10 * YEAR, T0 + 40 * YEAR),
+    ];
+    for (start, end) in ranges {
+        let want = buckets.iter().filter(|&&t| start <= t && t < end).count() as u64;
+        let range = Range {
+            res,
+            start: Timestamp(start),
+            end: Timestamp(end),
+            limit: 1,
+        };
+        for table in Table::ALL {
+            let n = b.count(table, &id, range).await.map_err(store_err)?;
+            ensure(n == want, || {
+                format!("{table:?} count of [{start}, {end}): {n}, want {want}")
+            })?;
+        }
+    }
+    let other = Range {
+        res: Resolution::H1,
+        start: Timestamp(T0),
+        end: Timestamp(T0 + 50 * YEAR),
+        limit: 1,
+    };
+    let n = b
+        .count(Table::Prices, &id, other)
+        .await
+        .map_err(store_err)?;
+    ensure(n == 0, || format!("another resolution holds none: {n}"))
+}
+
 /// A projector step can be large (thousands of rows, book snapshots of
 /// kilobytes, many in one partition): `apply` takes it whole, whatever
 /// limits the backend puts on one request, and every row loads back.
