@@ -183,6 +183,54 @@ where
     ))
 }
 
+/// A token page of a prices-like series (prices, candles): gated as
+/// prices, gaps filled when asked.
+async fn filled_token_page<P, F, Fut>(
+    state: &ApiState,
+    caller: &Caller,
+    token_id: String,
+    q: &HistoryQuery,
+    route: &str,
+    read: F,
+) -> Result<Page, ApiError>
+where
+    P: Carry,
+    F: Fn(String, read::Range) -> Fut + Copy,
+    Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
+{
+    check(caller, DataPoint::Prices, q)?;
+    let token = token(state, token_id).await?;
+    let bound = token_bound(state, caller, q, &token).await?;
+    token_page(q, route, token, |id, range| {
+        series(q, bound, read, id, range)
+    })
+    .await
+}
+
+/// A market page of a prices-like series (`routes`: the market route and
+/// its token route).
+async fn filled_market_page<P, F, Fut>(
+    state: &ApiState,
+    caller: &Caller,
+    id_or_slug: String,
+    q: &HistoryQuery,
+    (route, single_route): (&str, &str),
+    read: F,
+) -> Result<Page, ApiError>
+where
+    P: Carry,
+    F: Fn(String, read::Range) -> Fut + Copy,
+    Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
+{
+    check(caller, DataPoint::Prices, q)?;
+    let market = market(state, id_or_slug).await?;
+    let bound = bound(caller, &market);
+    market_page(&market, q, route, single_route, |id, range| {
+        series(q, bound, read, id, range)
+    })
+    .await
+}
+
 /// Where a token's pages may fill: its market's `closed_at` (read only
 /// when filling), now.
 async fn token_bound(
@@ -328,15 +376,9 @@ pub async fn token_prices(
     Path(token_id): Path<String>,
     q: HistoryQuery,
 ) -> Result<Page, ApiError> {
-    check(&caller, DataPoint::Prices, &q)?;
-    let token = token(&state, token_id).await?;
-    let bound = token_bound(&state, &caller, &q, &token).await?;
-    let (store, q) = (&state.store, &q);
+    let store = &state.store;
     let prices = |id: String, range| async move { store.prices(&id, range).await };
-    token_page(q, TOKEN_PRICES, token, |id, range| {
-        series(q, bound, prices, id, range)
-    })
-    .await
+    filled_token_page(&state, &caller, token_id, &q, TOKEN_PRICES, prices).await
 }
 
 /// Order-book history of one token: the last snapshot per bucket.
@@ -373,15 +415,10 @@ pub async fn market_prices(
     Path(id_or_slug): Path<String>,
     q: HistoryQuery,
 ) -> Result<Page, ApiError> {
-    check(&caller, DataPoint::Prices, &q)?;
-    let market = market(&state, id_or_slug).await?;
-    let bound = bound(&caller, &market);
-    let (store, q) = (&state.store, &q);
+    let store = &state.store;
     let prices = |id: String, range| async move { store.prices(&id, range).await };
-    market_page(&market, q, MARKET_PRICES, TOKEN_PRICES, |id, range| {
-        series(q, bound, prices, id, range)
-    })
-    .await
+    let routes = (MARKET_PRICES, TOKEN_PRICES);
+    filled_market_page(&state, &caller, id_or_slug, &q, routes, prices).await
 }
 
 /// Order-book history for every token of a market, keyed by token label.
@@ -452,15 +489,9 @@ pub async fn token_candles(
     Path(token_id): Path<String>,
     q: HistoryQuery,
 ) -> Result<Page, ApiError> {
-    check(&caller, DataPoint::Prices, &q)?;
-    let token = token(&state, token_id).await?;
-    let bound = token_bound(&state, &caller, &q, &token).await?;
-    let (store, q) = (&state.store, &q);
+    let store = &state.store;
     let candles = |id: String, range| async move { store.candles(&id, range).await };
-    token_page(q, TOKEN_CANDLES, token, |id, range| {
-        series(q, bound, candles, id, range)
-    })
-    .await
+    filled_token_page(&state, &caller, token_id, &q, TOKEN_CANDLES, candles).await
 }
 
 /// Candles of every token of a market, keyed by token label (paged as the
@@ -477,15 +508,10 @@ pub async fn market_candles(
     Path(id_or_slug): Path<String>,
     q: HistoryQuery,
 ) -> Result<Page, ApiError> {
-    check(&caller, DataPoint::Prices, &q)?;
-    let market = market(&state, id_or_slug).await?;
-    let bound = bound(&caller, &market);
-    let (store, q) = (&state.store, &q);
+    let store = &state.store;
     let candles = |id: String, range| async move { store.candles(&id, range).await };
-    market_page(&market, q, MARKET_CANDLES, TOKEN_CANDLES, |id, range| {
-        series(q, bound, candles, id, range)
-    })
-    .await
+    let routes = (MARKET_CANDLES, TOKEN_CANDLES);
+    filled_market_page(&state, &caller, id_or_slug, &q, routes, candles).await
 }
 
 #[cfg(test)]
