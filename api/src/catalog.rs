@@ -450,6 +450,13 @@ mod tests {
         async fn prices(&self, _: &str, _: Range) -> hindsight_contracts::Result<Vec<PricePoint>> {
             Ok(vec![])
         }
+        async fn candles(
+            &self,
+            _: &str,
+            _: Range,
+        ) -> hindsight_contracts::Result<Vec<CandlePoint>> {
+            Ok(vec![])
+        }
         async fn metrics(
             &self,
             _: &str,
@@ -459,6 +466,9 @@ mod tests {
         }
         async fn books(&self, _: &str, _: Range) -> hindsight_contracts::Result<Vec<BookPoint>> {
             Ok(vec![])
+        }
+        async fn count(&self, _: Table, _: &str, _: Range) -> hindsight_contracts::Result<u64> {
+            Ok(0)
         }
         async fn token(&self, _: &str) -> hindsight_contracts::Result<Option<TokenRef>> {
             Ok(None)

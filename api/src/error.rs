@@ -42,6 +42,10 @@ pub enum ApiError {
     BadRequest(String),
     /// 422: parameters failed schema validation.
     Validation(Vec<ValidationIssue>),
+    /// 409: the request needs derived data this store does not hold yet
+    /// (a candle of a bucket projected before candles were stored); the
+    /// detail says what the operator runs to fill it.
+    NotDerived(String),
     /// 429: the caller's window is full; `Retry-After` says when one more fits.
     RateLimited(RateState),
     /// 503: this replica has no room for the request now; `Retry-After`
@@ -87,6 +91,7 @@ impl ApiError {
             ApiError::MissingKey | ApiError::InvalidKey => StatusCode::UNAUTHORIZED,
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::NotDerived(_) => StatusCode::CONFLICT,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -139,7 +144,7 @@ impl IntoResponse for ApiError {
                 metrics::counter!(tm::API_FORBIDDEN, "reason" => reason).increment(1);
                 detail
             }
-            ApiError::NotFound(m) | ApiError::BadRequest(m) => m,
+            ApiError::NotFound(m) | ApiError::BadRequest(m) | ApiError::NotDerived(m) => m,
             ApiError::RateLimited(rate) => {
                 let mut r = (
                     status,

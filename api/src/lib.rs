@@ -45,7 +45,7 @@ use axum::Router;
 use catalog::Catalog;
 use hindsight_contracts::{AuthStore, ReadStore};
 use hindsight_telemetry as tm;
-use routes::{discovery, history};
+use routes::{discovery, estimate, history};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -93,6 +93,12 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/export/prices", get(routes::export::export_prices))
         .route("/v1/export/books", get(routes::export::export_books))
         .route("/v1/export/metrics", get(routes::export::export_metrics))
+        .route(
+            "/v1/markets/{id_or_slug}/candles",
+            get(history::market_candles),
+        )
+        .route("/v1/tokens/{token_id}/candles", get(history::token_candles))
+        .route("/v1/estimate/{kind}", get(estimate::estimate))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::meter))
         // Around `meter`: the request was counted before the comparison,
         // and a 304 keeps the rate headers `meter` put on the 200.

@@ -4,7 +4,7 @@
 //! keeps equal to this (`hindsight openapi > api/openapi.json` refreshes it).
 
 use crate::page;
-use crate::routes::{self, discovery, export, history};
+use crate::routes::{self, discovery, estimate, export, history};
 use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::link::LinkBuilder;
@@ -34,6 +34,9 @@ use utoipa::{Modify, OpenApi};
         history::token_prices,
         history::market_books,
         history::token_books,
+        history::market_candles,
+        history::token_candles,
+        estimate::estimate,
         export::export_prices,
         export::export_books,
         export::export_metrics,
@@ -43,7 +46,8 @@ use utoipa::{Modify, OpenApi};
     tags(
         (name = "utility", description = "Health and usage"),
         (name = "discovery", description = "Series, events, markets and tags"),
-        (name = "history", description = "Prices, metrics and order books"),
+        (name = "history", description = "Prices, candles, metrics and order books"),
+        (name = "estimate", description = "Points and bytes a history request would return"),
         (name = "export", description = "Whole ranges as one CSV or Parquet file")
     )
 )]
@@ -253,6 +257,34 @@ const LINKS: [(&str, &str, &str, &str, &str); 18] = [
         "get_market",
         "token_books",
         "token_books",
+        "token_id",
+        "/tokens/0/id",
+    ),
+    (
+        "list_markets",
+        "market_candles",
+        "market_candles",
+        "id_or_slug",
+        "/data/0/id",
+    ),
+    (
+        "list_markets",
+        "token_candles",
+        "token_candles",
+        "token_id",
+        "/data/0/tokens/0/id",
+    ),
+    (
+        "get_market",
+        "candles",
+        "market_candles",
+        "id_or_slug",
+        "/id",
+    ),
+    (
+        "get_market",
+        "token_candles",
+        "token_candles",
         "token_id",
         "/tokens/0/id",
     ),

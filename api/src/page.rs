@@ -71,6 +71,80 @@ pub trait Point {
     /// Bytes it will take on the wire, near enough to size the buffer.
     fn size_hint(&self) -> usize;
     fn write(&self, w: &mut Writer) -> Result<(), ApiError>;
+    /// Whether the point is a stored bucket (not one `fill` made up): only
+    /// a stored bucket after a page shows the projector has passed it.
+    fn stored(&self) -> bool {
+        true
+    }
+}
+
+/// A point `fill=previous` can carry into an empty bucket.
+pub trait Carry: Point + Clone {
+    /// This point's value at bucket `t`, marked `"filled": true`.
+    fn write_carried(&self, t: Timestamp, w: &mut Writer) -> Result<(), ApiError>;
+}
+
+/// A point of a series with gaps filled: a stored bucket, or the last
+/// stored one before it carried into empty bucket `t`.
+#[derive(Debug, Clone)]
+pub enum Gap<P> {
+    Stored(P),
+    Filled { t: Timestamp, from: P },
+}
+
+impl<P: Carry> Point for Gap<P> {
+    fn t(&self) -> Timestamp {
+        match self {
+            Gap::Stored(p) => p.t(),
+            Gap::Filled { t, .. } => *t,
+        }
+    }
+    fn size_hint(&self) -> usize {
+        match self {
+            Gap::Stored(p) => p.size_hint(),
+            Gap::Filled { from, .. } => from.size_hint() + 16,
+        }
+    }
+    fn write(&self, w: &mut Writer) -> Result<(), ApiError> {
+        match self {
+            Gap::Stored(p) => p.write(w),
+            Gap::Filled { t, from } => from.write_carried(*t, w),
+        }
+    }
+    fn stored(&self) -> bool {
+        matches!(self, Gap::Stored(_))
+    }
+}
+
+impl Carry for read::PricePoint {
+    fn write_carried(&self, t: Timestamp, w: &mut Writer) -> Result<(), ApiError> {
+        w.raw(b"{\"t\":");
+        w.time(t);
+        w.raw(b",\"p\":");
+        w.number(self.p);
+        w.raw(b",\"filled\":true}");
+        Ok(())
+    }
+}
+
+impl Carry for read::CandlePoint {
+    /// The previous close as open, high, low and close, and no ticks.
+    fn write_carried(&self, t: Timestamp, w: &mut Writer) -> Result<(), ApiError> {
+        let close = read::Candle::of(read::Mark {
+            ts: t,
+            offset: 0,
+            p: stored_candle(self)?.close.p,
+        });
+        let carried = read::CandlePoint {
+            t,
+            count: 0,
+            candle: Some(close),
+        };
+        carried.write(w)?;
+        w.buf.pop();
+        w.raw(b",\"filled\":true}");
+        Ok(())
+    }
 }
 
 /// Bytes of `{"t":"2025-09-01T00:00:00.000Z",` and a few separators.
@@ -90,6 +164,46 @@ impl Point for read::PricePoint {
         w.time(self.t);
         w.raw(b",\"p\":");
         w.number(self.p);
+        w.raw(b"}");
+        Ok(())
+    }
+}
+
+/// The candle of a stored point, or the 409 of a bucket projected before
+/// candles were stored: refused rather than served with a candle of part
+/// of a bucket.
+fn stored_candle(p: &read::CandlePoint) -> Result<&read::Candle, ApiError> {
+    p.candle.as_ref().ok_or_else(|| {
+        ApiError::NotDerived(format!(
+            "The candle of the bucket at {} was not stored: the bucket was projected \
+             before candles were. The operator fills it by running `hindsight rebuild` \
+             (runbooks/rebuild-read-model.md).",
+            p.t.to_rfc3339()
+        ))
+    })
+}
+
+impl Point for read::CandlePoint {
+    fn t(&self) -> Timestamp {
+        self.t
+    }
+    fn size_hint(&self) -> usize {
+        POINT_BASE + 4 * NUMBER + 28
+    }
+    fn write(&self, w: &mut Writer) -> Result<(), ApiError> {
+        let c = stored_candle(self)?;
+        w.raw(b"{\"t\":");
+        w.time(self.t);
+        w.raw(b",\"o\":");
+        w.number(c.open.p);
+        w.raw(b",\"h\":");
+        w.number(c.high);
+        w.raw(b",\"l\":");
+        w.number(c.low);
+        w.raw(b",\"c\":");
+        w.number(c.close.p);
+        w.raw(b",\"n\":");
+        serde_json::to_writer(&mut w.buf, &self.count).expect("writing to a Vec cannot fail");
         w.raw(b"}");
         Ok(())
     }
@@ -132,6 +246,16 @@ impl Point for read::BookPoint {
         w.json(&self.asks)?;
         w.raw(b"}");
         Ok(())
+    }
+}
+
+/// Bytes `point` takes in a page (its encoding and the comma after it);
+/// its size hint when it cannot be encoded (a bucket without a candle).
+pub fn point_len<P: Point>(point: &P) -> usize {
+    let mut w = Writer::with_capacity(point.size_hint());
+    match point.write(&mut w) {
+        Ok(()) => w.buf.len() + 1,
+        Err(_) => point.size_hint() + 1,
     }
 }
 
@@ -349,6 +473,7 @@ mod tests {
             .map(|p| api::PricePoint {
                 t: IsoTime(p.t),
                 p: p.p,
+                filled: false,
             })
             .collect()
     }
@@ -468,6 +593,67 @@ mod tests {
             String::from_utf8_lossy(&page.body),
             String::from_utf8_lossy(&expected)
         );
+    }
+
+    #[test]
+    fn a_candles_page_is_the_serde_encoding_of_its_documented_type() {
+        let (m, doc_meta) = meta(Some("next"));
+        let mark = |ms: i64, p: f64| read::Mark {
+            ts: Timestamp(1_756_684_800_000 + ms),
+            offset: 3,
+            p,
+        };
+        let points = vec![read::CandlePoint {
+            t: Timestamp(1_756_684_800_000),
+            count: 12_345,
+            candle: Some(read::Candle {
+                open: mark(5, 0.1 + 0.2),
+                close: mark(59_000, 1.0),
+                high: 1.0,
+                low: 0.0,
+            }),
+        }];
+        let head = [
+            ("market_id", "m"),
+            ("token_id", "t"),
+            ("token_label", "Yes"),
+            ("resolution", "1m"),
+        ];
+        let page = series(&head, &points, &m, false).unwrap();
+        let expected = serde_json::to_vec(&api::TokenCandlesResponse {
+            market_id: "m".into(),
+            token_id: "t".into(),
+            token_label: "Yes".into(),
+            resolution: "1m".into(),
+            data: vec![api::CandlePoint {
+                t: IsoTime(points[0].t),
+                o: 0.1 + 0.2,
+                h: 1.0,
+                l: 0.0,
+                c: 1.0,
+                n: 12_345,
+                filled: false,
+            }],
+            metadata: doc_meta,
+        })
+        .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&page.body),
+            String::from_utf8_lossy(&expected)
+        );
+        fits(&page, head_size(&head, &m) + points_size(&points));
+    }
+
+    #[test]
+    fn a_bucket_without_its_candle_is_refused_with_409_not_served_partly() {
+        let (m, _) = meta(None);
+        let old = [read::CandlePoint {
+            t: Timestamp(0),
+            count: 4,
+            candle: None,
+        }];
+        let err = series(&[], &old, &m, true).err().unwrap();
+        assert_eq!(err.status(), axum::http::StatusCode::CONFLICT);
     }
 
     #[test]

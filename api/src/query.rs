@@ -109,6 +109,42 @@ impl QueryEnum for SortOrder {
     }
 }
 
+/// What a prices or candles page does with buckets that hold no tick
+/// (`fill`, beyond SPEC.md): `none` leaves them out (SPEC's behaviour),
+/// `previous` carries the last stored value into them (see
+/// `routes::history::fill_previous`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fill {
+    #[default]
+    None,
+    Previous,
+}
+
+impl QueryEnum for Fill {
+    const ALL: &'static [Self] = &[Fill::None, Fill::Previous];
+    fn as_str(self) -> &'static str {
+        match self {
+            Fill::None => "none",
+            Fill::Previous => "previous",
+        }
+    }
+}
+
+/// `fill`, documented on the routes that take it (prices and candles);
+/// parsed with the other history parameters into [`HistoryQuery::fill`].
+#[derive(Debug, Clone, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct FillParam {
+    /// `none` (default): buckets without ticks are left out. `previous`:
+    /// each empty bucket in `[start_ts, end_ts)` gets the last stored
+    /// value, marked `"filled": true` (candles: the previous close as
+    /// `o`, `h`, `l` and `c`, `n` 0), if that value is at most 1 440
+    /// buckets older, the bucket is not in the future, and the market was
+    /// not closed (`closed_at`) before it.
+    #[param(schema_with = enum_schema::<Fill>)]
+    pub fill: Option<String>,
+}
+
 /// Whether a list keeps items with any (OR) or all (AND) requested tags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TagsMatch {
@@ -242,6 +278,10 @@ pub struct HistoryQuery {
     /// (or market) with the same `start_ts`, `end_ts` and `resolution`.
     // Raw: opened by `page`, once the handler knows its route and series.
     cursor: Option<String>,
+    /// Documented by [`FillParam`] on the routes that take it; the others
+    /// refuse `previous` ([`HistoryQuery::no_fill`]).
+    #[param(ignore)]
+    pub fill: Fill,
     #[param(ignore)]
     keys: CursorKeys,
 }
@@ -265,11 +305,15 @@ impl HistoryQuery {
     /// or market id): from its cursor, which must have been issued for that
     /// route, series, range and resolution, or from `start`.
     pub fn page(&self, route: &str, id: &str) -> Result<HistoryPage, ApiError> {
-        let scope = Scope::new(route)
+        let mut scope = Scope::new(route)
             .with("id", id)
             .with("start_ts", &self.start.millis().to_string())
             .with("end_ts", &self.end.millis().to_string())
             .with("resolution", self.resolution.as_str());
+        // Bound only when given: cursors without `fill` stay as they were.
+        if self.fill != Fill::None {
+            scope = scope.with("fill", self.fill.as_str());
+        }
         let pager = Pager::new(self.keys.clone(), scope);
         // Only this API signs cursors, and only with positions inside the
         // range; the range check keeps even a leaked secret from reaching
@@ -284,6 +328,17 @@ impl HistoryQuery {
             }
         };
         Ok(HistoryPage { from, pager })
+    }
+
+    /// 400 for `fill=previous` on a route that does not fill (books,
+    /// metrics).
+    pub fn no_fill(&self) -> Result<(), ApiError> {
+        match self.fill {
+            Fill::None => Ok(()),
+            Fill::Previous => Err(ApiError::BadRequest(
+                "fill=previous is served on prices and candles routes only".into(),
+            )),
+        }
     }
 
     /// The store range for `page` with `per_series` points from one series:
@@ -314,6 +369,7 @@ where
         let q = QueryPairs::from_parts(parts, state).await?;
         let mut errors = Vec::new();
         let resolution = span_params(&q, &mut errors);
+        let fill = enum_param(&q, "fill", Fill::None, &mut errors);
         let limit = match q.get("limit").map(|l| l.trim().parse::<i64>()) {
             // Above 200 is a 400 that states both numbers (docs/SPEC.md §7).
             Some(Ok(n)) if n > HISTORY_LIMIT_MAX as i64 => {
@@ -342,6 +398,7 @@ where
             resolution,
             limit,
             cursor: q.non_empty("cursor").map(str::to_string),
+            fill,
             keys: CursorKeys::from_ref(state),
         })
     }
@@ -442,6 +499,85 @@ impl<S: Send + Sync> FromRequestParts<S> for ExportQuery {
             resolution,
             format,
         })
+    }
+}
+
+// ---- estimates -----------------------------------------------------------------
+
+/// Which history route an estimate is for (`/v1/estimate/{kind}`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EstimateKind {
+    Prices,
+    Books,
+    Metrics,
+    Candles,
+}
+
+impl QueryEnum for EstimateKind {
+    const ALL: &'static [Self] = &[
+        EstimateKind::Prices,
+        EstimateKind::Books,
+        EstimateKind::Metrics,
+        EstimateKind::Candles,
+    ];
+    fn as_str(self) -> &'static str {
+        match self {
+            EstimateKind::Prices => "prices",
+            EstimateKind::Books => "books",
+            EstimateKind::Metrics => "metrics",
+            EstimateKind::Candles => "candles",
+        }
+    }
+}
+
+impl EstimateKind {
+    /// The path parameter, or the 422 of a word that is not a kind.
+    pub fn parse_path(text: &str) -> Result<Self, ApiError> {
+        Self::parse(text).ok_or_else(|| {
+            let words: Vec<&str> = Self::ALL.iter().map(|w| w.as_str()).collect();
+            ApiError::Validation(vec![issue(
+                "path",
+                "kind",
+                format!("Input should be {}", or_list(&words)),
+                "enum",
+            )])
+        })
+    }
+}
+
+/// The series an estimate counts: one token (`token_id`), or every token
+/// (metrics: the market itself) of a market (`market_id`, id or slug),
+/// named as on the export routes.
+#[derive(Debug, Clone, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EstimateTarget {
+    /// A token, as on `/v1/tokens/{token_id}/…` (not for metrics).
+    #[param(min_length = 1, max_length = 200)]
+    pub token_id: Option<String>,
+    /// A market id or slug, as on `/v1/markets/{id_or_slug}/…`.
+    #[param(min_length = 1, max_length = 200)]
+    pub market_id: Option<String>,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for EstimateTarget {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let q = QueryPairs::from_parts(parts, state).await?;
+        let mut errors = Vec::new();
+        let target = EstimateTarget {
+            token_id: id_param(&q, "token_id", &mut errors),
+            market_id: id_param(&q, "market_id", &mut errors),
+        };
+        if !errors.is_empty() {
+            return Err(ApiError::Validation(errors));
+        }
+        if target.token_id.is_some() == target.market_id.is_some() {
+            return Err(ApiError::BadRequest(
+                "Give exactly one of `token_id` and `market_id`.".into(),
+            ));
+        }
+        Ok(target)
     }
 }
 

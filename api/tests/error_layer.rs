@@ -30,10 +30,16 @@ impl ReadStore for DownStore {
     async fn prices(&self, _: &str, _: Range) -> Result<Vec<PricePoint>> {
         Err(down())
     }
+    async fn candles(&self, _: &str, _: Range) -> Result<Vec<CandlePoint>> {
+        Err(down())
+    }
     async fn metrics(&self, _: &str, _: Range) -> Result<Vec<MetricsPoint>> {
         Err(down())
     }
     async fn books(&self, _: &str, _: Range) -> Result<Vec<BookPoint>> {
+        Err(down())
+    }
+    async fn count(&self, _: Table, _: &str, _: Range) -> Result<u64> {
         Err(down())
     }
     async fn token(&self, _: &str) -> Result<Option<TokenRef>> {

@@ -66,6 +66,12 @@ impl ReadStore for Minutes {
             })
             .collect())
     }
+    async fn candles(&self, _: &str, _: Range) -> Result<Vec<CandlePoint>> {
+        Ok(Vec::new())
+    }
+    async fn count(&self, _: Table, _: &str, _: Range) -> Result<u64> {
+        Ok(0)
+    }
     async fn metrics(&self, _: &str, _: Range) -> Result<Vec<MetricsPoint>> {
         Ok(Vec::new())
     }

@@ -13,7 +13,7 @@ fn committed_openapi_matches_the_generated_document() {
 }
 
 #[test]
-fn document_is_openapi_3_1_version_0_1_1_with_every_spec_route() {
+fn document_is_openapi_3_1_version_0_1_1_with_every_spec_route_and_the_additions() {
     let doc: serde_json::Value =
         serde_json::from_str(&hindsight_api::openapi::to_pretty_json()).unwrap();
     assert_eq!(doc["openapi"], "3.1.0");
@@ -32,10 +32,14 @@ fn document_is_openapi_3_1_version_0_1_1_with_every_spec_route() {
         "/v1/tokens/{token_id}/prices",
         "/v1/markets/{id_or_slug}/books",
         "/v1/tokens/{token_id}/books",
+        // Beyond SPEC.md.
+        "/v1/markets/{id_or_slug}/candles",
+        "/v1/tokens/{token_id}/candles",
+        "/v1/estimate/{kind}",
     ] {
         assert!(paths.contains_key(route), "{route}");
     }
-    assert_eq!(paths.len(), 12);
+    assert_eq!(paths.len(), 18);
 }
 
 #[test]

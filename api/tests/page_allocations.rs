@@ -73,6 +73,7 @@ fn a_200_point_page_is_encoded_with_one_allocation() {
                 .map(|p| hindsight_schemas::api::PricePoint {
                     t: IsoTime(p.t),
                     p: p.p,
+                    filled: false,
                 })
                 .collect(),
             metadata: PageMetadata {

@@ -35,6 +35,7 @@ pub use log::{
     IdempotencyStore, LogConsumer, Marker, Position,
 };
 pub use store::{
-    Applied, BookPoint, CatalogCursor, MetricsPoint, PricePoint, ProjectionStore, ProjectionWrite,
-    Range, ReadStore, Refused, Row, RowKey, RowValue, Store, Table, TokenRef,
+    Applied, BookPoint, Candle, CandlePoint, CatalogCursor, Mark, MetricsPoint, PricePoint,
+    ProjectionStore, ProjectionWrite, Range, ReadStore, Refused, Row, RowKey, RowValue, Store,
+    Table, TokenRef,
 };

@@ -50,9 +50,14 @@ pub struct RowKey {
 /// never a running average — so that folding more events is exact.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RowValue {
+    /// `candle` is `None` only for a row projected before candles were
+    /// stored (an older store, until `rebuild`): such a row never gains a
+    /// candle from later ticks, which would describe only part of its
+    /// bucket.
     Price {
         sum: f64,
         count: u64,
+        candle: Option<Candle>,
     },
     Metrics {
         volume_sum: f64,
@@ -68,6 +73,67 @@ pub enum RowValue {
         bids: String,
         asks: String,
     },
+}
+
+/// A tick's place in a candle: its time, its log offset (which breaks ties
+/// on time) and its probability.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Mark {
+    pub ts: Timestamp,
+    pub offset: u64,
+    pub p: f64,
+}
+
+impl Mark {
+    fn key(&self) -> (Timestamp, u64) {
+        (self.ts, self.offset)
+    }
+}
+
+/// Open, high, low and close of the ticks folded into a price bucket.
+///
+/// Contract: `open` is the tick with the least `(ts, offset)`, `close` the
+/// greatest, `high` and `low` the greatest and least `p` (by
+/// `f64::total_cmp`). Each is a function of the set of ticks, not of the
+/// order they are folded in: replays, rebuilds and out-of-order events give
+/// the same candle, bit for bit. The count of ticks is the price row's
+/// `count`. (Trade volume and trade counts belong beside these once trades
+/// are projected; they are not derived from price ticks.)
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Candle {
+    pub open: Mark,
+    pub close: Mark,
+    pub high: f64,
+    pub low: f64,
+}
+
+impl Candle {
+    /// The candle of one tick.
+    pub fn of(tick: Mark) -> Self {
+        Candle {
+            open: tick,
+            close: tick,
+            high: tick.p,
+            low: tick.p,
+        }
+    }
+
+    /// Folds one more tick in.
+    #[inline]
+    pub fn fold(&mut self, tick: Mark) {
+        if tick.key() < self.open.key() {
+            self.open = tick;
+        }
+        if tick.key() > self.close.key() {
+            self.close = tick;
+        }
+        if tick.p.total_cmp(&self.high).is_gt() {
+            self.high = tick.p;
+        }
+        if tick.p.total_cmp(&self.low).is_lt() {
+            self.low = tick.p;
+        }
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -170,6 +236,16 @@ pub struct PricePoint {
     pub p: f64,
 }
 
+/// One bucket's candle, as [`ReadStore::candles`] reads it: the bucket
+/// start, its number of ticks and the candle (`None` for a bucket
+/// projected before candles were stored; see [`RowValue::Price`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct CandlePoint {
+    pub t: Timestamp,
+    pub count: u64,
+    pub candle: Option<Candle>,
+}
+
 #[derive(Debug, Clone, PartialEq)]
 pub struct MetricsPoint {
     pub t: Timestamp,
@@ -214,8 +290,18 @@ pub struct TokenRef {
 #[async_trait]
 pub trait ReadStore: Send + Sync {
     async fn prices(&self, token_id: &str, range: Range) -> Result<Vec<PricePoint>>;
+    /// The candles of the same price buckets `prices` averages: one point
+    /// per stored price row, with its count and [`Candle`] as last applied.
+    async fn candles(&self, token_id: &str, range: Range) -> Result<Vec<CandlePoint>>;
     async fn metrics(&self, market_id: &str, range: Range) -> Result<Vec<MetricsPoint>>;
     async fn books(&self, token_id: &str, range: Range) -> Result<Vec<BookPoint>>;
+    /// How many rows of `table` the series `id` (token, or market for
+    /// metrics) holds with `range.start <= bucket < range.end` at
+    /// `range.res`; `range.limit` is ignored. Contract: counted where the
+    /// rows are (one count per time partition holding rows on CQL), never
+    /// by reading them, and at a cost set by those partitions, not by the
+    /// empty time in the range (as for range reads).
+    async fn count(&self, table: Table, id: &str, range: Range) -> Result<u64>;
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>>;
     /// A market by id, or else by slug.
     async fn market(&self, id_or_slug: &str) -> Result<Option<MarketRecord>>;

@@ -20,7 +20,7 @@
 //! one comparison per resolution and never hash.
 
 use hindsight_contracts::Delivered;
-use hindsight_contracts::{Row, RowKey, RowValue, Table};
+use hindsight_contracts::{Candle, Mark, Row, RowKey, RowValue, Table};
 use hindsight_schemas::{BookLevel, Event, Resolution, Timestamp};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -50,9 +50,12 @@ enum Levels {
 
 #[derive(Debug, Clone)]
 enum State {
+    /// `candle` is `None` only for a row loaded without one (projected
+    /// before candles were stored): it stays without, see `RowValue::Price`.
     Price {
         sum: f64,
         count: u64,
+        candle: Option<Candle>,
     },
     Metrics {
         volume: f64,
@@ -240,7 +243,7 @@ impl Rollup {
             let slot = &mut self.slots[s as usize];
             slot.last = Some(row.last_offset);
             slot.state = match row.value {
-                RowValue::Price { sum, count } => State::Price { sum, count },
+                RowValue::Price { sum, count, candle } => State::Price { sum, count, candle },
                 RowValue::Metrics {
                     volume_sum,
                     liquidity_sum,
@@ -298,9 +301,12 @@ impl Rollup {
                 // Price ticks are most of the traffic: add in place without
                 // the general (event, state) dispatch.
                 match (&d.event, &mut slot.state) {
-                    (Event::Price(e), State::Price { sum, count }) => {
+                    (Event::Price(e), State::Price { sum, count, candle }) => {
                         *sum += e.p;
                         *count += 1;
+                        if let Some(c) = candle {
+                            c.fold(mark(e, offset));
+                        }
                     }
                     (event, state) => fold(state, event, offset),
                 }
@@ -322,9 +328,10 @@ impl Rollup {
             slot.dirty = false;
             let (table, id) = &self.series[slot.series as usize];
             let value = match &slot.state {
-                State::Price { sum, count } => RowValue::Price {
+                State::Price { sum, count, candle } => RowValue::Price {
                     sum: *sum,
                     count: *count,
+                    candle: *candle,
                 },
                 State::Metrics {
                     volume,
@@ -380,11 +387,20 @@ impl Rollup {
 #[inline]
 fn fold(state: &mut State, event: &Event, offset: u64) {
     match (event, &mut *state) {
-        (Event::Price(e), State::Price { sum, count }) => {
+        (Event::Price(e), State::Price { sum, count, candle }) => {
             *sum += e.p;
             *count += 1;
+            if let Some(c) = candle {
+                c.fold(mark(e, offset));
+            }
         }
-        (Event::Price(e), State::Empty) => *state = State::Price { sum: e.p, count: 1 },
+        (Event::Price(e), State::Empty) => {
+            *state = State::Price {
+                sum: e.p,
+                count: 1,
+                candle: Some(Candle::of(mark(e, offset))),
+            }
+        }
         (
             Event::Metrics(e),
             State::Metrics {
@@ -421,6 +437,16 @@ fn fold(state: &mut State, event: &Event, offset: u64) {
         }
         (Event::Book(e), State::Empty) => *state = book_state(e, offset),
         (event, state) => unreachable!("{:?} folded into {state:?}", event.kind()),
+    }
+}
+
+/// A tick's place in its bucket's candle.
+#[inline]
+fn mark(e: &hindsight_schemas::PriceTick, offset: u64) -> Mark {
+    Mark {
+        ts: e.ts,
+        offset,
+        p: e.p,
     }
 }
 
@@ -522,7 +548,7 @@ mod tests {
             bucket: Timestamp(T0 + ms),
         };
         match rows[&key].value {
-            RowValue::Price { sum, count } => (sum, count),
+            RowValue::Price { sum, count, .. } => (sum, count),
             _ => unreachable!(),
         }
     }
@@ -566,7 +592,11 @@ mod tests {
                 res: Resolution::M1,
                 bucket: Timestamp(T0),
             },
-            value: RowValue::Price { sum: 1.0, count: 2 },
+            value: RowValue::Price {
+                sum: 1.0,
+                count: 2,
+                candle: None,
+            },
             last_offset: 5,
         }]);
         assert_eq!(
@@ -616,6 +646,88 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(rows[&key].last_offset, 3);
+    }
+
+    fn candle(rows: &BTreeMapRows, res: Resolution, ms: i64) -> Option<Candle> {
+        let key = RowKey {
+            table: Table::Prices,
+            id: "t".into(),
+            res,
+            bucket: Timestamp(T0 + ms),
+        };
+        match rows[&key].value {
+            RowValue::Price { candle, .. } => candle,
+            _ => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn candles_open_on_the_earliest_tick_and_close_on_the_latest_ties_going_by_log_position() {
+        // Log order is not time order; two ticks share the earliest and two
+        // the latest time.
+        let events = vec![
+            tick(0, "t", 30_000, 0.5),
+            tick(1, "t", 50_000, 0.7),
+            tick(2, "t", 10_000, 0.2),
+            tick(3, "t", 10_000, 0.3),
+            tick(4, "t", 50_000, 0.6),
+            tick(5, "t", 40_000, 0.9),
+            tick(6, "t", 20_000, 0.1),
+        ];
+        let whole = project(std::slice::from_ref(&events));
+        let c = candle(&whole, Resolution::M1, 0).expect("a candle");
+        assert_eq!((c.open.p, c.open.offset), (0.2, 2), "earlier offset opens");
+        assert_eq!((c.close.p, c.close.offset), (0.6, 4), "later offset closes");
+        assert_eq!((c.high, c.low), (0.9, 0.1));
+        // One event per batch, and replays of every prefix: the same rows.
+        let mut pieces: Vec<Vec<Delivered>> = Vec::new();
+        for i in 0..events.len() {
+            pieces.push(events[..=i].to_vec());
+        }
+        assert_eq!(project(&pieces), whole, "bit-identical rows");
+    }
+
+    #[test]
+    fn a_price_row_stored_without_a_candle_never_gains_a_partial_one() {
+        let mut rollup = Rollup::new();
+        let b = vec![tick(9, "t", 0, 0.4)];
+        rollup.prepare(&b);
+        rollup.fill(vec![Row {
+            key: RowKey {
+                table: Table::Prices,
+                id: "t".into(),
+                res: Resolution::M1,
+                bucket: Timestamp(T0),
+            },
+            value: RowValue::Price {
+                sum: 1.0,
+                count: 2,
+                candle: None,
+            },
+            last_offset: 5,
+        }]);
+        rollup.apply(&b);
+        let rows = rollup.drain_dirty();
+        let m1 = rows.iter().find(|r| r.key.res == Resolution::M1).unwrap();
+        assert_eq!(
+            m1.value,
+            RowValue::Price {
+                sum: 1.4,
+                count: 3,
+                candle: None
+            }
+        );
+        let h1 = rows.iter().find(|r| r.key.res == Resolution::H1).unwrap();
+        assert!(
+            matches!(
+                h1.value,
+                RowValue::Price {
+                    candle: Some(_),
+                    ..
+                }
+            ),
+            "a new row has its candle"
+        );
     }
 
     #[test]

@@ -20,8 +20,8 @@ mod common;
 use async_trait::async_trait;
 use common::{row_key, tables};
 use hindsight_contracts::{
-    AppendBatch, Delivered, EventLog, LogConsumer, Position, ProjectionStore, Range, ReadStore,
-    Row, RowKey, RowValue, Table,
+    AppendBatch, Candle, Delivered, EventLog, LogConsumer, Mark, Position, ProjectionStore, Range,
+    ReadStore, Row, RowKey, RowValue, Table,
 };
 use hindsight_projector::{Projector, ProjectorConfig};
 use hindsight_schemas::{
@@ -176,11 +176,49 @@ fn model(log: &[Event]) -> Vec<Row> {
                 continue;
             };
             let value = match (event, rows.get(&key).map(|r| &r.value)) {
-                (Event::Price(e), None) => RowValue::Price { sum: e.p, count: 1 },
-                (Event::Price(e), Some(RowValue::Price { sum, count })) => RowValue::Price {
-                    sum: sum + e.p,
-                    count: count + 1,
-                },
+                (Event::Price(e), None) => {
+                    let m = Mark {
+                        ts: e.ts,
+                        offset,
+                        p: e.p,
+                    };
+                    RowValue::Price {
+                        sum: e.p,
+                        count: 1,
+                        candle: Some(Candle {
+                            open: m,
+                            close: m,
+                            high: e.p,
+                            low: e.p,
+                        }),
+                    }
+                }
+                (
+                    Event::Price(e),
+                    Some(RowValue::Price {
+                        sum,
+                        count,
+                        candle: Some(c),
+                    }),
+                ) => {
+                    // Earliest (ts, offset) opens, latest closes.
+                    let m = Mark {
+                        ts: e.ts,
+                        offset,
+                        p: e.p,
+                    };
+                    let before = |a: &Mark, b: &Mark| (a.ts, a.offset) < (b.ts, b.offset);
+                    RowValue::Price {
+                        sum: sum + e.p,
+                        count: count + 1,
+                        candle: Some(Candle {
+                            open: if before(&m, &c.open) { m } else { c.open },
+                            close: if before(&c.close, &m) { m } else { c.close },
+                            high: if e.p > c.high { e.p } else { c.high },
+                            low: if e.p < c.low { e.p } else { c.low },
+                        }),
+                    }
+                }
                 (Event::Metrics(e), None) => RowValue::Metrics {
                     volume_sum: e.volume,
                     liquidity_sum: e.liquidity,
@@ -248,7 +286,7 @@ fn served_from(rows: &[Row]) -> Served {
             .unwrap();
         let t = row.key.bucket;
         let point = match &row.value {
-            RowValue::Price { sum, count } => format!("{t} p={:?}", sum / *count as f64),
+            RowValue::Price { sum, count, .. } => format!("{t} p={:?}", sum / *count as f64),
             RowValue::Metrics {
                 volume_sum,
                 liquidity_sum,
@@ -648,18 +686,36 @@ fn the_model_folds_by_hand_computed_rules() {
             })
             .unwrap()
     };
+    let at = |ms: i64, offset: u64, p: f64| Mark {
+        ts: Timestamp(T0 + ms),
+        offset,
+        p,
+    };
     assert_eq!(
         row(Table::Prices, Resolution::M1, 0).value,
         RowValue::Price {
             sum: 0.25,
-            count: 1
+            count: 1,
+            candle: Some(Candle {
+                open: at(10_000, 1, 0.25),
+                close: at(10_000, 1, 0.25),
+                high: 0.25,
+                low: 0.25
+            })
         }
     );
+    // The late tick (offset 1) opens the hour; the first one closes it.
     assert_eq!(
         row(Table::Prices, Resolution::H1, 0).value,
         RowValue::Price {
             sum: 0.75,
-            count: 2
+            count: 2,
+            candle: Some(Candle {
+                open: at(10_000, 1, 0.25),
+                close: at(70_000, 0, 0.5),
+                high: 0.5,
+                low: 0.25
+            })
         }
     );
     let books = row(Table::Books, Resolution::M1, 0);

@@ -110,6 +110,37 @@ pub struct PricePoint {
     /// Average probability in the bucket, 0.0 to 1.0.
     #[schema(minimum = 0.0, maximum = 1.0)]
     pub p: f64,
+    /// `true` on a point `fill=previous` carried into a bucket without
+    /// ticks (beyond SPEC.md); absent on every stored bucket.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub filled: bool,
+}
+
+/// The candle of one price bucket: the probability of its earliest tick
+/// (`o`), greatest (`h`), least (`l`) and latest (`c`), ties on time
+/// going by log position, and its number of ticks (`n`). Trade volume and
+/// trade counts will sit beside these once trades are projected.
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct CandlePoint {
+    /// Bucket start, ISO 8601 UTC.
+    #[schema(value_type = String)]
+    pub t: IsoTime,
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub o: f64,
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub h: f64,
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub l: f64,
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub c: f64,
+    /// Price ticks in the bucket.
+    #[schema(minimum = 0)]
+    pub n: u64,
+    /// `true` on a candle `fill=previous` made for a bucket without ticks
+    /// (the previous close as `o`, `h`, `l` and `c`; `n` 0); absent on
+    /// every stored bucket.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub filled: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
@@ -166,6 +197,27 @@ pub struct MarketPricesResponse {
     pub metadata: PageMetadata,
 }
 
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct TokenCandlesResponse {
+    pub market_id: String,
+    pub token_id: String,
+    pub token_label: String,
+    pub resolution: String,
+    pub data: Vec<CandlePoint>,
+    pub metadata: PageMetadata,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct MarketCandlesResponse {
+    pub market_id: String,
+    pub resolution: String,
+    /// Token label → token id, for every token of the market.
+    pub tokens: BTreeMap<String, String>,
+    /// Token label → chronological candles.
+    pub data: BTreeMap<String, Vec<CandlePoint>>,
+    pub metadata: PageMetadata,
+}
+
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct MarketBooksResponse {
     pub market_id: String,
@@ -181,6 +233,20 @@ pub struct MetricsResponse {
     pub resolution: String,
     pub data: Vec<MetricsPoint>,
     pub metadata: PageMetadata,
+}
+
+/// What a history request would return, without reading it (beyond
+/// SPEC.md): its points and the approximate bytes of its pages.
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct EstimateResponse {
+    /// Points the range holds (market routes: across every token), as
+    /// counted by the store.
+    #[schema(minimum = 0)]
+    pub records: u64,
+    /// Approximate JSON bytes of every page at `limit=200`: one sampled
+    /// point's encoding times `records`, plus each page's head.
+    #[schema(minimum = 0)]
+    pub bytes: u64,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]

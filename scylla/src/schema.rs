@@ -18,10 +18,17 @@
 /// Version 5: `series_periods`, the time partitions holding rows of each
 /// series, so a range read skips empty ones; migrating a version 4
 /// keyspace fills it from the bucket tables ([`INDEXED_SINCE`]).
-pub const SCHEMA_VERSION: i32 = 5;
+/// Version 7: the candle columns of the `prices_*` tables
+/// ([`crate::statements::CANDLE_COLUMNS`]); migrating an older keyspace
+/// adds them (`ALTER TABLE`, each only if absent), NULL in existing rows:
+/// those buckets have no candle until `hindsight rebuild`.
+pub const SCHEMA_VERSION: i32 = 7;
 
 /// The first version whose keyspaces keep `series_periods` up to date.
 pub const INDEXED_SINCE: i32 = 5;
+
+/// The first version whose `prices_*` tables have the candle columns.
+pub const CANDLES_SINCE: i32 = 7;
 
 const CQL: &str = include_str!("../../schemas/cql/hindsight.cql");
 

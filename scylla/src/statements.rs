@@ -69,11 +69,41 @@ pub const BUCKET_TABLES: [BucketTable; 3] = [
     ),
 ];
 
+/// The candle columns of the `prices_*` tables (schema version 7), after
+/// the value columns: stored and loaded with each row and read by
+/// `range_candles_*`, never by `range_prices_*`, whose answer is unchanged.
+/// NULL in rows written before version 7 (no candle until `rebuild`).
+pub const CANDLE_COLUMNS: [(&str, &str); 8] = [
+    ("open_ts", "timestamp"),
+    ("open_offset", "bigint"),
+    ("open_p", "double"),
+    ("close_ts", "timestamp"),
+    ("close_offset", "bigint"),
+    ("close_p", "double"),
+    ("high", "double"),
+    ("low", "double"),
+];
+
+/// Columns a bucket table's rows are written and loaded with: its value
+/// columns, and the candle columns on prices tables.
+fn stored_columns(
+    kind: &str,
+    cols: &[(&'static str, &'static str)],
+) -> Vec<(&'static str, &'static str)> {
+    let mut all = cols.to_vec();
+    if kind == "prices" {
+        all.extend(CANDLE_COLUMNS);
+    }
+    all
+}
+
 pub fn all(ks: &str) -> Vec<Stmt> {
     let mut out = Vec::new();
-    for (kind, id_col, cols) in BUCKET_TABLES {
+    for (kind, id_col, range_cols) in BUCKET_TABLES {
+        let cols = stored_columns(kind, range_cols);
         let names: Vec<&str> = cols.iter().map(|(n, _)| *n).collect();
         let types: Vec<&'static str> = cols.iter().map(|(_, t)| *t).collect();
+        let range_names: Vec<&str> = range_cols.iter().map(|(n, _)| *n).collect();
         for res in Resolution::ALL {
             let table = format!("{ks}.{kind}_{}", res.as_str());
             let mut binds = vec!["text", "bigint", "timestamp"];
@@ -100,10 +130,28 @@ pub fn all(ks: &str) -> Vec<Stmt> {
                 format!("range_{kind}_{}", res.as_str()),
                 format!(
                     "SELECT bucket, {} FROM {table} WHERE {id_col} = ? AND period = ? AND bucket >= ? AND bucket < ? LIMIT ?",
-                    names.join(", ")
+                    range_names.join(", ")
                 ),
                 &["text", "bigint", "timestamp", "timestamp", "int"],
             ));
+            out.push(stmt(
+                format!("count_{kind}_{}", res.as_str()),
+                format!(
+                    "SELECT count(*) FROM {table} WHERE {id_col} = ? AND period = ? AND bucket >= ? AND bucket < ?"
+                ),
+                &["text", "bigint", "timestamp", "timestamp"],
+            ));
+            if kind == "prices" {
+                let candle: Vec<&str> = CANDLE_COLUMNS.iter().map(|(n, _)| *n).collect();
+                out.push(stmt(
+                    format!("range_candles_{}", res.as_str()),
+                    format!(
+                        "SELECT bucket, count, {} FROM {table} WHERE {id_col} = ? AND period = ? AND bucket >= ? AND bucket < ? LIMIT ?",
+                        candle.join(", ")
+                    ),
+                    &["text", "bigint", "timestamp", "timestamp", "int"],
+                ));
+            }
         }
     }
     out.push(stmt(

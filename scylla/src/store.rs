@@ -242,6 +242,9 @@ impl ScyllaStore {
             if i + 1 == plan.len() && recorded.is_some_and(|v| v < schema::INDEXED_SINCE) {
                 index_series_periods(&session, &config.keyspace).await?;
             }
+            if i + 1 == plan.len() && recorded.is_some_and(|v| v < schema::CANDLES_SINCE) {
+                add_candle_columns(&session, &config.keyspace).await?;
+            }
             session
                 .query_unpaged(statement.as_str(), ())
                 .await
@@ -354,16 +357,28 @@ impl ScyllaStore {
         };
         match table {
             Table::Prices => {
-                for r in rows
-                    .rows::<(CqlTimestamp, f64, i64, i64)>()
-                    .map_err(corrupt)?
-                {
-                    let (b, sum, count, last) = r.map_err(corrupt)?;
+                type Stored = (
+                    CqlTimestamp,
+                    f64,
+                    i64,
+                    Option<CqlTimestamp>,
+                    Option<i64>,
+                    Option<f64>,
+                    Option<CqlTimestamp>,
+                    Option<i64>,
+                    Option<f64>,
+                    Option<f64>,
+                    Option<f64>,
+                    i64,
+                );
+                for r in rows.rows::<Stored>().map_err(corrupt)? {
+                    let (b, sum, count, ot, oo, op, ct, co, cp, h, l, last) = r.map_err(corrupt)?;
                     out.push(Row {
                         key: key(b),
                         value: RowValue::Price {
                             sum,
                             count: count as u64,
+                            candle: candle_of((ot, oo, op, ct, co, cp, h, l))?,
                         },
                         last_offset: last as u64,
                     });
@@ -433,14 +448,25 @@ impl ScyllaStore {
                         let values: Vec<_> = rows
                             .iter()
                             .map(|r| match &r.value {
-                                RowValue::Price { sum, count } => (
-                                    r.key.id.to_string(),
-                                    period_of(r.key.res, r.key.bucket.0),
-                                    ts(r.key.bucket.0),
-                                    *sum,
-                                    *count as i64,
-                                    r.last_offset as i64,
-                                ),
+                                RowValue::Price { sum, count, candle } => {
+                                    let (ot, oo, op, ct, co, cp, h, l) = candle_cols(candle);
+                                    (
+                                        r.key.id.to_string(),
+                                        period_of(r.key.res, r.key.bucket.0),
+                                        ts(r.key.bucket.0),
+                                        *sum,
+                                        *count as i64,
+                                        ot,
+                                        oo,
+                                        op,
+                                        ct,
+                                        co,
+                                        cp,
+                                        h,
+                                        l,
+                                        r.last_offset as i64,
+                                    )
+                                }
                                 _ => unreachable!("one table per batch"),
                             })
                             .collect();
@@ -778,9 +804,41 @@ impl ScyllaStore {
         }
     }
 
+    /// The next time partitions of a series in `next..=last` that may hold
+    /// rows, in order (empty: none left). A short range visits its
+    /// partitions directly; a long one only those `series_periods` lists,
+    /// so empty years cost nothing.
+    async fn periods(
+        &self,
+        op: &'static str,
+        tbl: &str,
+        id: &str,
+        next: i64,
+        last: i64,
+    ) -> Result<Vec<i64>> {
+        if last - next < DIRECT_PERIODS {
+            return Ok((next..=last).collect());
+        }
+        self.exec(
+            op,
+            "select_series_periods",
+            (tbl, id, next, last, PERIODS_PER_LIST),
+        )
+        .await?
+        .into_rows_result()
+        .map_err(corrupt)?
+        .rows::<(i64,)>()
+        .map_err(corrupt)?
+        .map(|r| r.map(|(p,)| p).map_err(corrupt))
+        .collect()
+    }
+
+    /// Reads `range` of one series of the `{table}_{res}` tables with the
+    /// `range_{kind}_{res}` statements (`kind` is the table's, or
+    /// `candles` on the prices tables).
     async fn range<R>(
         &self,
-        kind: &str,
+        (table, kind): (Table, &str),
         id: &str,
         range: Range,
         map: impl Fn(&scylla::response::query_result::QueryRowsResult, &mut Vec<R>) -> Result<()>,
@@ -794,28 +852,11 @@ impl ScyllaStore {
             period_of(range.res, range.start.0),
             period_of(range.res, range.end.0 - 1),
         );
-        let tbl = format!("{kind}_{}", range.res.as_str());
-        // Time partitions in order; stop as soon as the page is full. A
-        // short range reads its partitions directly; a long one reads only
-        // the partitions `series_periods` lists, so empty years cost nothing.
+        let tbl = format!("{}_{}", table.as_str(), range.res.as_str());
+        // Time partitions in order; stop as soon as the page is full.
         let mut next = first;
         while next <= last && out.len() < range.limit {
-            let periods: Vec<i64> = if last - next < DIRECT_PERIODS {
-                (next..=last).collect()
-            } else {
-                self.exec(
-                    "read_range",
-                    "select_series_periods",
-                    (&tbl, id, next, last, PERIODS_PER_LIST),
-                )
-                .await?
-                .into_rows_result()
-                .map_err(corrupt)?
-                .rows::<(i64,)>()
-                .map_err(corrupt)?
-                .map(|r| r.map(|(p,)| p).map_err(corrupt))
-                .collect::<Result<_>>()?
-            };
+            let periods = self.periods("read_range", &tbl, id, next, last).await?;
             let Some(&after) = periods.last() else {
                 break;
             };
@@ -966,6 +1007,93 @@ impl ProjectionStore for ScyllaStore {
     }
 }
 
+/// The candle columns of a prices row ([`statements::CANDLE_COLUMNS`]).
+type CandleCols = (
+    Option<CqlTimestamp>,
+    Option<i64>,
+    Option<f64>,
+    Option<CqlTimestamp>,
+    Option<i64>,
+    Option<f64>,
+    Option<f64>,
+    Option<f64>,
+);
+
+/// A candle as its columns: all NULL without one.
+fn candle_cols(candle: &Option<Candle>) -> CandleCols {
+    match candle {
+        None => (None, None, None, None, None, None, None, None),
+        Some(c) => (
+            Some(ts(c.open.ts.0)),
+            Some(c.open.offset as i64),
+            Some(c.open.p),
+            Some(ts(c.close.ts.0)),
+            Some(c.close.offset as i64),
+            Some(c.close.p),
+            Some(c.high),
+            Some(c.low),
+        ),
+    }
+}
+
+/// The candle of stored columns: all NULL is none (a row written before
+/// schema version 7), some NULL is corrupt.
+fn candle_of(cols: CandleCols) -> Result<Option<Candle>> {
+    match cols {
+        (None, None, None, None, None, None, None, None) => Ok(None),
+        (Some(ot), Some(oo), Some(op), Some(ct), Some(co), Some(cp), Some(high), Some(low)) => {
+            Ok(Some(Candle {
+                open: Mark {
+                    ts: Timestamp(ot.0),
+                    offset: oo as u64,
+                    p: op,
+                },
+                close: Mark {
+                    ts: Timestamp(ct.0),
+                    offset: co as u64,
+                    p: cp,
+                },
+                high,
+                low,
+            }))
+        }
+        partial => Err(corrupt(format!("a candle with NULL columns: {partial:?}"))),
+    }
+}
+
+/// Adds the candle columns to the `prices_*` tables of a keyspace older
+/// than [`schema::CANDLES_SINCE`], each only if absent (a migration that
+/// died half way is run again); existing rows keep NULL: no candle until
+/// `hindsight rebuild`.
+async fn add_candle_columns(session: &Session, ks: &str) -> Result<()> {
+    let columns =
+        "SELECT column_name FROM system_schema.columns WHERE keyspace_name = ? AND table_name = ?";
+    for res in Resolution::ALL {
+        let tbl = format!("prices_{}", res.as_str());
+        let present: Vec<String> = session
+            .query_unpaged(columns, (ks, tbl.as_str()))
+            .await
+            .map_err(|e| fail(format!("{columns}: {e}")))?
+            .into_rows_result()
+            .map_err(corrupt)?
+            .rows::<(String,)>()
+            .map_err(corrupt)?
+            .map(|r| r.map(|(c,)| c).map_err(corrupt))
+            .collect::<Result<_>>()?;
+        for (column, kind) in statements::CANDLE_COLUMNS {
+            if present.iter().any(|c| c == column) {
+                continue;
+            }
+            let alter = format!("ALTER TABLE {ks}.{tbl} ADD {column} {kind}");
+            session
+                .query_unpaged(alter.as_str(), ())
+                .await
+                .map_err(|e| fail(format!("{alter}: {e}")))?;
+        }
+    }
+    Ok(())
+}
+
 /// Fills `series_periods` from the bucket tables of a keyspace written
 /// before it existed (every partition key of every bucket table, one paged
 /// scan each).
@@ -1021,7 +1149,7 @@ fn decode_market(body: &[u8]) -> Result<MarketRecord> {
 #[async_trait]
 impl ReadStore for ScyllaStore {
     async fn prices(&self, token_id: &str, range: Range) -> Result<Vec<PricePoint>> {
-        self.range("prices", token_id, range, |rows, out| {
+        self.range((Table::Prices, "prices"), token_id, range, |rows, out| {
             for r in rows.rows::<(CqlTimestamp, f64, i64)>().map_err(corrupt)? {
                 let (b, sum, count) = r.map_err(corrupt)?;
                 out.push(PricePoint {
@@ -1034,19 +1162,26 @@ impl ReadStore for ScyllaStore {
         .await
     }
 
-    async fn metrics(&self, market_id: &str, range: Range) -> Result<Vec<MetricsPoint>> {
-        self.range("metrics", market_id, range, |rows, out| {
-            for r in rows
-                .rows::<(CqlTimestamp, f64, f64, f64, i64)>()
-                .map_err(corrupt)?
-            {
-                let (b, v, l, s, count) = r.map_err(corrupt)?;
-                let n = count as f64;
-                out.push(MetricsPoint {
+    async fn candles(&self, token_id: &str, range: Range) -> Result<Vec<CandlePoint>> {
+        self.range((Table::Prices, "candles"), token_id, range, |rows, out| {
+            type Read = (
+                CqlTimestamp,
+                i64,
+                Option<CqlTimestamp>,
+                Option<i64>,
+                Option<f64>,
+                Option<CqlTimestamp>,
+                Option<i64>,
+                Option<f64>,
+                Option<f64>,
+                Option<f64>,
+            );
+            for r in rows.rows::<Read>().map_err(corrupt)? {
+                let (b, count, ot, oo, op, ct, co, cp, h, l) = r.map_err(corrupt)?;
+                out.push(CandlePoint {
                     t: Timestamp(b.0),
-                    volume: v / n,
-                    liquidity: l / n,
-                    spread: s / n,
+                    count: count as u64,
+                    candle: candle_of((ot, oo, op, ct, co, cp, h, l))?,
                 });
             }
             Ok(())
@@ -1054,8 +1189,33 @@ impl ReadStore for ScyllaStore {
         .await
     }
 
+    async fn metrics(&self, market_id: &str, range: Range) -> Result<Vec<MetricsPoint>> {
+        self.range(
+            (Table::Metrics, "metrics"),
+            market_id,
+            range,
+            |rows, out| {
+                for r in rows
+                    .rows::<(CqlTimestamp, f64, f64, f64, i64)>()
+                    .map_err(corrupt)?
+                {
+                    let (b, v, l, s, count) = r.map_err(corrupt)?;
+                    let n = count as f64;
+                    out.push(MetricsPoint {
+                        t: Timestamp(b.0),
+                        volume: v / n,
+                        liquidity: l / n,
+                        spread: s / n,
+                    });
+                }
+                Ok(())
+            },
+        )
+        .await
+    }
+
     async fn books(&self, token_id: &str, range: Range) -> Result<Vec<BookPoint>> {
-        self.range("books", token_id, range, |rows, out| {
+        self.range((Table::Books, "books"), token_id, range, |rows, out| {
             for r in rows
                 .rows::<(CqlTimestamp, CqlTimestamp, i64, String, String)>()
                 .map_err(corrupt)?
@@ -1070,6 +1230,39 @@ impl ReadStore for ScyllaStore {
             Ok(())
         })
         .await
+    }
+
+    async fn count(&self, table: Table, id: &str, range: Range) -> Result<u64> {
+        let mut total = 0;
+        if range.end <= range.start {
+            return Ok(total);
+        }
+        let name = format!("count_{}_{}", table.as_str(), range.res.as_str());
+        let tbl = format!("{}_{}", table.as_str(), range.res.as_str());
+        let last = period_of(range.res, range.end.0 - 1);
+        let mut next = period_of(range.res, range.start.0);
+        while next <= last {
+            let periods = self.periods("count_rows", &tbl, id, next, last).await?;
+            let Some(&after) = periods.last() else {
+                break;
+            };
+            next = after + 1;
+            for period in periods {
+                let (n,) = self
+                    .exec(
+                        "count_rows",
+                        &name,
+                        (id, period, ts(range.start.0), ts(range.end.0)),
+                    )
+                    .await?
+                    .into_rows_result()
+                    .map_err(corrupt)?
+                    .single_row::<(i64,)>()
+                    .map_err(corrupt)?;
+                total += n as u64;
+            }
+        }
+        Ok(total)
     }
 
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>> {

@@ -177,7 +177,11 @@ async fn migrating_a_version_4_keyspace_lists_the_partitions_it_already_holds() 
                 res: Resolution::M1,
                 bucket: Timestamp(t),
             },
-            value: RowValue::Price { sum: 0.5, count: 1 },
+            value: RowValue::Price {
+                sum: 0.5,
+                count: 1,
+                candle: None,
+            },
             last_offset: 1,
         })
         .collect();
@@ -237,4 +241,114 @@ async fn migrating_a_version_4_keyspace_lists_the_partitions_it_already_holds() 
     )
     .await;
     assert_eq!(found, buckets, "history after migrating");
+}
+
+/// A keyspace written before candles (schema version 5, `prices_*`
+/// without the candle columns) keeps serving its price history after
+/// `scylla migrate`, which adds the columns: its old buckets read as having
+/// no candle (until `rebuild`), and new rows keep theirs.
+#[tokio::test]
+async fn migrating_a_keyspace_without_candle_columns_keeps_its_prices_and_adds_them() {
+    use hindsight_contracts::{
+        Candle, CandlePoint, Mark, PricePoint, ProjectionStore, ProjectionWrite, Range, ReadStore,
+        Row, RowKey, RowValue, Table,
+    };
+    use hindsight_schemas::{Resolution, Timestamp};
+    let t0 = hindsight_contracts::conformance::T0;
+    let keyspace = fresh_keyspace().await;
+    let session = SessionBuilder::new()
+        .known_nodes(&config(keyspace.clone()).nodes)
+        .build()
+        .await
+        .expect("connect");
+    // Back to a version 5 keyspace: no candle columns, one old price row.
+    for res in Resolution::ALL {
+        let table = format!("{keyspace}.prices_{}", res.as_str());
+        let columns: Vec<&str> = hindsight_scylla::statements::CANDLE_COLUMNS
+            .iter()
+            .map(|(c, _)| *c)
+            .collect();
+        session
+            .query_unpaged(
+                format!("ALTER TABLE {table} DROP ({})", columns.join(", ")),
+                (),
+            )
+            .await
+            .expect("drop the candle columns");
+    }
+    for statement in [
+        format!("INSERT INTO {keyspace}.prices_1m (token_id, period, bucket, sum, count, last_offset) VALUES ('old', {}, {t0}, 0.75, 3, 9)",
+            hindsight_scylla::statements::period_of(Resolution::M1, t0)),
+        format!("TRUNCATE {keyspace}.schema_migrations"),
+        format!("INSERT INTO {keyspace}.schema_migrations (version, applied_at) VALUES (5, toTimestamp(now()))"),
+    ] {
+        session.query_unpaged(statement, ()).await.expect("downgrade");
+    }
+    let refused = ScyllaStore::connect(config(keyspace.clone())).await;
+    assert!(
+        refused.is_err(),
+        "a keyspace without the candle columns is refused until migrated"
+    );
+    let ran = ScyllaStore::migrate(&config(keyspace.clone()))
+        .await
+        .expect("migrate from version 5");
+    assert!(!ran.is_empty(), "a version 5 keyspace is migrated");
+    let again = ScyllaStore::migrate(&config(keyspace.clone()))
+        .await
+        .expect("migrate again");
+    assert!(again.is_empty(), "the second migration is a no-op");
+    let store = ScyllaStore::connect(config(keyspace.clone()))
+        .await
+        .expect("connect after migrating");
+    let range = Range {
+        res: Resolution::M1,
+        start: Timestamp(t0),
+        end: Timestamp(t0 + 120_000),
+        limit: 10,
+    };
+    assert_eq!(
+        store.prices("old", range).await.expect("prices"),
+        vec![PricePoint {
+            t: Timestamp(t0),
+            p: 0.25
+        }]
+    );
+    assert_eq!(
+        store.candles("old", range).await.expect("candles"),
+        vec![CandlePoint {
+            t: Timestamp(t0),
+            count: 3,
+            candle: None
+        }]
+    );
+    let candle = Candle::of(Mark {
+        ts: Timestamp(t0 + 60_001),
+        offset: 10,
+        p: 0.5,
+    });
+    store
+        .apply(ProjectionWrite {
+            rows: vec![Row {
+                key: RowKey {
+                    table: Table::Prices,
+                    id: "old".into(),
+                    res: Resolution::M1,
+                    bucket: Timestamp(t0 + 60_000),
+                },
+                value: RowValue::Price {
+                    sum: 0.5,
+                    count: 1,
+                    candle: Some(candle),
+                },
+                last_offset: 10,
+            }],
+            ..Default::default()
+        })
+        .await
+        .expect("apply");
+    let candles = store.candles("old", range).await.expect("candles");
+    assert_eq!(
+        candles.iter().map(|c| c.candle).collect::<Vec<_>>(),
+        vec![None, Some(candle)]
+    );
 }

@@ -18,16 +18,38 @@ use std::time::Instant;
 /// Bumped when the layout below changes; recorded in `meta`. Version 3
 /// adds `catalog_consumed` (created empty on open: a store of version 2
 /// decided its catalog records already, and replays start after them).
-pub const SCHEMA_VERSION: i64 = 3;
+/// Version 4 adds the candle columns of `price_buckets` (`open_ts` …
+/// `low`), NULL in rows an older version wrote: those buckets have no
+/// candle until `hindsight rebuild` (the API says so rather than serve a
+/// candle of part of a bucket).
+pub const SCHEMA_VERSION: i64 = 4;
+
+/// The candle columns of `price_buckets`, in order, as `migrate` adds them
+/// to an older store (nullable: rows written before have none).
+const CANDLE_COLUMNS: [(&str, &str); 8] = [
+    ("open_ts", "INTEGER"),
+    ("open_offset", "INTEGER"),
+    ("open_p", "REAL"),
+    ("close_ts", "INTEGER"),
+    ("close_offset", "INTEGER"),
+    ("close_p", "REAL"),
+    ("high", "REAL"),
+    ("low", "REAL"),
+];
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
 -- Buckets. `res` is the resolution name ('1m', …), `bucket` its start in
 -- Unix milliseconds, `last_offset` the log offset of the last event folded in.
+-- Price rows carry their candle: the open and close ticks (time, log
+-- offset, probability) and the high and low; NULL in rows written before
+-- version 4 (see CANDLE_COLUMNS).
 CREATE TABLE IF NOT EXISTS price_buckets (
     token_id TEXT NOT NULL, res TEXT NOT NULL, bucket INTEGER NOT NULL,
     sum REAL NOT NULL, count INTEGER NOT NULL, last_offset INTEGER NOT NULL,
+    open_ts INTEGER, open_offset INTEGER, open_p REAL,
+    close_ts INTEGER, close_offset INTEGER, close_p REAL, high REAL, low REAL,
     PRIMARY KEY (token_id, res, bucket)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS metric_buckets (
@@ -108,7 +130,20 @@ const DERIVED_TABLES: &[&str] = &[
 /// ordered catalog changes by log offset; version 2 adds `change_seq`.
 /// Existing records keep sequence 0: a full read lists them, and every
 /// cursor handed out before was held in memory by a process now restarted.
+/// Version 4 adds the candle columns, NULL in existing rows.
 fn migrate(conn: &Connection) -> Result<()> {
+    for (column, kind) in CANDLE_COLUMNS {
+        let present: bool = conn
+            .prepare(&format!(
+                "SELECT 1 FROM pragma_table_info('price_buckets') WHERE name = '{column}'"
+            ))?
+            .exists([])?;
+        if !present {
+            conn.execute_batch(&format!(
+                "ALTER TABLE price_buckets ADD COLUMN {column} {kind};"
+            ))?;
+        }
+    }
     for table in ["series", "events", "markets"] {
         let has_seq: bool = conn
             .prepare(&format!(
@@ -220,9 +255,19 @@ fn load_one(conn: &Connection, key: &RowKey) -> Result<Option<Row>> {
     let k = params![&*key.id, key.res.as_str(), key.bucket.millis()];
     let row = match key.table {
         Table::Prices => conn
-            .prepare_cached("SELECT sum, count, last_offset FROM price_buckets WHERE token_id=?1 AND res=?2 AND bucket=?3")?
+            .prepare_cached(
+                "SELECT sum, count, last_offset, open_ts, open_offset, open_p, close_ts, close_offset, close_p, high, low
+                 FROM price_buckets WHERE token_id=?1 AND res=?2 AND bucket=?3",
+            )?
             .query_row(k, |r| {
-                Ok((RowValue::Price { sum: r.get(0)?, count: r.get::<_, i64>(1)? as u64 }, r.get::<_, i64>(2)?))
+                Ok((
+                    RowValue::Price {
+                        sum: r.get(0)?,
+                        count: r.get::<_, i64>(1)? as u64,
+                        candle: candle_at(r, 3)?,
+                    },
+                    r.get::<_, i64>(2)?,
+                ))
             })
             .optional()?,
         Table::Metrics => conn
@@ -265,6 +310,27 @@ fn load_one(conn: &Connection, key: &RowKey) -> Result<Option<Row>> {
     }))
 }
 
+/// The candle in the eight columns from `first` on (`open_ts` … `low`);
+/// `None` when the row has none (written before version 4).
+fn candle_at(r: &rusqlite::Row, first: usize) -> rusqlite::Result<Option<Candle>> {
+    let Some(open_ts) = r.get::<_, Option<i64>>(first)? else {
+        return Ok(None);
+    };
+    let mark = |ts: i64, offset: usize, p: usize| -> rusqlite::Result<Mark> {
+        Ok(Mark {
+            ts: Timestamp(ts),
+            offset: r.get::<_, i64>(first + offset)? as u64,
+            p: r.get(first + p)?,
+        })
+    };
+    Ok(Some(Candle {
+        open: mark(open_ts, 1, 2)?,
+        close: mark(r.get(first + 3)?, 4, 5)?,
+        high: r.get(first + 6)?,
+        low: r.get(first + 7)?,
+    }))
+}
+
 /// The order of the bucket tables' primary key (`id`, `res` as text,
 /// `bucket`), table by table. Rows written (and keys looked up) in this
 /// order walk each B-tree from left to right: a step's thousands of rows,
@@ -285,9 +351,13 @@ fn write_row(tx: &Transaction, row: &Row) -> Result<()> {
     let k = &row.key;
     let last = row.last_offset as i64;
     match &row.value {
-        RowValue::Price { sum, count } => {
+        RowValue::Price { sum, count, candle } => {
+            let open = candle.map(|c| c.open);
+            let close = candle.map(|c| c.close);
             tx.prepare_cached(
-                "INSERT OR REPLACE INTO price_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                "INSERT OR REPLACE INTO price_buckets (token_id, res, bucket, sum, count, last_offset,
+                   open_ts, open_offset, open_p, close_ts, close_offset, close_p, high, low)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
             )?
             .execute(params![
                 &*k.id,
@@ -295,7 +365,15 @@ fn write_row(tx: &Transaction, row: &Row) -> Result<()> {
                 k.bucket.millis(),
                 sum,
                 *count as i64,
-                last
+                last,
+                open.map(|m| m.ts.millis()),
+                open.map(|m| m.offset as i64),
+                open.map(|m| m.p),
+                close.map(|m| m.ts.millis()),
+                close.map(|m| m.offset as i64),
+                close.map(|m| m.p),
+                candle.map(|c| c.high),
+                candle.map(|c| c.low),
             ])?;
         }
         RowValue::Metrics {
@@ -668,6 +746,26 @@ impl ReadStore for SqliteStore {
         .await
     }
 
+    async fn candles(&self, token_id: &str, range: Range) -> CResult<Vec<CandlePoint>> {
+        let p = range_params(token_id, &range);
+        self.read("read_candles", move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT bucket, count, open_ts, open_offset, open_p, close_ts, close_offset, close_p, high, low
+                 FROM price_buckets
+                 WHERE token_id=?1 AND res=?2 AND bucket>=?3 AND bucket<?4 ORDER BY bucket LIMIT ?5",
+            )?;
+            let rows = stmt.query_map(params![p.0, p.1, p.2, p.3, p.4], |r| {
+                Ok(CandlePoint {
+                    t: Timestamp(r.get(0)?),
+                    count: r.get::<_, i64>(1)? as u64,
+                    candle: candle_at(r, 2)?,
+                })
+            })?;
+            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
     async fn metrics(&self, market_id: &str, range: Range) -> CResult<Vec<MetricsPoint>> {
         let p = range_params(market_id, &range);
         self.read("read_metrics", move |conn| {
@@ -700,6 +798,25 @@ impl ReadStore for SqliteStore {
                 Ok(BookPoint { t: Timestamp(r.get(0)?), bids: r.get(1)?, asks: r.get(2)? })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)
+        })
+        .await
+    }
+
+    async fn count(&self, table: Table, id: &str, range: Range) -> CResult<u64> {
+        let p = range_params(id, &range);
+        let (name, id_col) = match table {
+            Table::Prices => ("price_buckets", "token_id"),
+            Table::Metrics => ("metric_buckets", "market_id"),
+            Table::Books => ("book_buckets", "token_id"),
+        };
+        let sql = format!(
+            "SELECT count(*) FROM {name} WHERE {id_col}=?1 AND res=?2 AND bucket>=?3 AND bucket<?4"
+        );
+        self.read("count_rows", move |conn| {
+            let n: i64 = conn
+                .prepare_cached(&sql)?
+                .query_row(params![p.0, p.1, p.2, p.3], |r| r.get(0))?;
+            Ok(n as u64)
         })
         .await
     }

@@ -118,11 +118,17 @@ impl ReadStore for Broken {
     async fn prices(&self, token_id: &str, range: Range) -> Result<Vec<PricePoint>> {
         self.inner.prices(token_id, range).await
     }
+    async fn candles(&self, token_id: &str, range: Range) -> Result<Vec<CandlePoint>> {
+        self.inner.candles(token_id, range).await
+    }
     async fn metrics(&self, market_id: &str, range: Range) -> Result<Vec<MetricsPoint>> {
         self.inner.metrics(market_id, range).await
     }
     async fn books(&self, token_id: &str, range: Range) -> Result<Vec<BookPoint>> {
         self.inner.books(token_id, range).await
+    }
+    async fn count(&self, table: Table, id: &str, range: Range) -> Result<u64> {
+        self.inner.count(table, id, range).await
     }
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>> {
         self.inner.token(token_id).await

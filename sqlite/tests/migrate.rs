@@ -3,7 +3,9 @@
 //!   offset) opens under version 2: its records are kept and listed, and
 //!   changes after a cursor are found by the new change sequence;
 //! - a `log.db` and an `idempotency.db` from before body digests keep
-//!   answering the keys they hold, and new keys conflict on another body.
+//!   answering the keys they hold, and new keys conflict on another body;
+//! - a `store.db` of version 3 (no candle columns) keeps its prices, and
+//!   its old buckets read as having no candle until `rebuild`.
 
 use hindsight_contracts::{Position, ProjectionStore, ProjectionWrite, ReadStore};
 use hindsight_schemas::{codec, Event, MarketRecord, Timestamp, Token};
@@ -197,4 +199,86 @@ async fn an_idempotency_file_from_before_claims_keeps_answering_its_keys() {
     ));
     drop(store);
     hindsight_sqlite::IdempotencyFile::open(dir.path()).unwrap();
+}
+
+/// `price_buckets` as versions 1 to 3 created it: no candle columns.
+const V3_PRICES: &str = "
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '3');
+CREATE TABLE price_buckets (
+    token_id TEXT NOT NULL, res TEXT NOT NULL, bucket INTEGER NOT NULL,
+    sum REAL NOT NULL, count INTEGER NOT NULL, last_offset INTEGER NOT NULL,
+    PRIMARY KEY (token_id, res, bucket)
+) WITHOUT ROWID;
+INSERT INTO price_buckets VALUES ('t', '1m', 1756684800000, 0.75, 3, 9);
+";
+
+/// A store of version 3 opens under version 4 with its price history
+/// intact: averages read as before, and the old bucket reads as one
+/// without a candle (until `rebuild`), which later ticks do not give it.
+#[tokio::test]
+async fn a_version_3_store_keeps_its_prices_and_has_no_candles_until_rebuilt() {
+    use hindsight_contracts::{
+        Candle, CandlePoint, Mark, PricePoint, Range, Row, RowKey, RowValue, Table,
+    };
+    use hindsight_schemas::Resolution;
+    let dir = tempfile::tempdir().unwrap();
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("store.db")).unwrap();
+        conn.execute_batch(V3_PRICES).unwrap();
+    }
+    let t = Timestamp(1_756_684_800_000);
+    let range = Range {
+        res: Resolution::M1,
+        start: t,
+        end: Timestamp(t.0 + 120_000),
+        limit: 10,
+    };
+    let store = SqliteStore::open(dir.path()).unwrap();
+    assert_eq!(
+        store.prices("t", range).await.unwrap(),
+        vec![PricePoint { t, p: 0.25 }]
+    );
+    assert_eq!(
+        store.candles("t", range).await.unwrap(),
+        vec![CandlePoint {
+            t,
+            count: 3,
+            candle: None
+        }]
+    );
+    // A new bucket written after the upgrade has its candle.
+    let mark = Mark {
+        ts: Timestamp(t.0 + 60_001),
+        offset: 10,
+        p: 0.5,
+    };
+    let candle = Candle::of(mark);
+    store
+        .apply(ProjectionWrite {
+            rows: vec![Row {
+                key: RowKey {
+                    table: Table::Prices,
+                    id: "t".into(),
+                    res: Resolution::M1,
+                    bucket: Timestamp(t.0 + 60_000),
+                },
+                value: RowValue::Price {
+                    sum: 0.5,
+                    count: 1,
+                    candle: Some(candle),
+                },
+                last_offset: 10,
+            }],
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    drop(store);
+    // Opening again is a no-op for the layout.
+    let store = SqliteStore::open(dir.path()).unwrap();
+    let candles = store.candles("t", range).await.unwrap();
+    assert_eq!(candles.len(), 2);
+    assert_eq!(candles[0].candle, None);
+    assert_eq!(candles[1].candle, Some(candle));
 }

@@ -58,14 +58,16 @@ const API_STATUSES: [&str; 7] = ["200", "400", "401", "403", "404", "429", "500"
 const INGEST_STATUSES: [&str; 8] = ["200", "400", "401", "409", "413", "415", "422", "503"];
 /// The `op` labels of the read stores (embedded and CQL) that every
 /// deployment exercises; an op missing here appears with its first query.
-const STORE_OPS: [&str; 17] = [
+const STORE_OPS: [&str; 19] = [
     "apply",
     "catalog_changes",
     "committed",
+    "count_rows",
     "list_keys",
     "load_rows",
     "put_key",
     "read_books",
+    "read_candles",
     "read_hits",
     "read_key",
     "read_market",

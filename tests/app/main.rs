@@ -7,9 +7,11 @@
 
 mod api_contract;
 mod caching;
+mod candles;
 mod cli;
 mod cursors;
 mod export;
+mod estimate;
 mod faults;
 mod helpers;
 mod ingest_validation;

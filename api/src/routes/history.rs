@@ -1,4 +1,4 @@
-//! History: prices, books and metrics from precomputed buckets.
+//! History: prices, candles, books and metrics from precomputed buckets.
 //!
 //! Token routes page through one series of buckets. Market routes return
 //! every token of the market; `limit` counts points across all tokens, so
@@ -14,9 +14,9 @@
 use super::path_id;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::page::{self, Meta, Page, Point, TokenSeries};
+use crate::page::{self, Carry, Gap, Meta, Page, Point, TokenSeries};
 use crate::plans::DataPoint;
-use crate::query::{HistoryPage, HistoryQuery};
+use crate::query::{Fill, FillParam, HistoryPage, HistoryQuery};
 use crate::ApiState;
 use axum::extract::{Path, State};
 use hindsight_contracts::{self as read, TokenRef};
@@ -32,6 +32,8 @@ const TOKEN_BOOKS: &str = "/v1/tokens/{token_id}/books";
 const MARKET_PRICES: &str = "/v1/markets/{id_or_slug}/prices";
 const MARKET_BOOKS: &str = "/v1/markets/{id_or_slug}/books";
 const MARKET_METRICS: &str = "/v1/markets/{id_or_slug}/metrics";
+const TOKEN_CANDLES: &str = "/v1/tokens/{token_id}/candles";
+const MARKET_CANDLES: &str = "/v1/markets/{id_or_slug}/candles";
 
 fn check(caller: &Caller, point: DataPoint, q: &HistoryQuery) -> Result<(), ApiError> {
     caller
@@ -59,14 +61,204 @@ pub(super) async fn market(state: &ApiState, id_or_slug: String) -> Result<Marke
 
 /// Cuts one series, read by `HistoryQuery::range` with `per + 1` points,
 /// to the page: at most `per` points, all before `end`. Returns where the
-/// next page starts, and whether the series had a bucket after the page's
-/// (every point cut off is later than every point kept).
+/// next page starts, and whether the series had a stored bucket after the
+/// page's (every point cut off is later than every point kept; a filled
+/// one says nothing of the projector).
 fn cut<P: Point>(rows: &mut Vec<P>, per: usize, end: Timestamp) -> (Option<Timestamp>, bool) {
-    let read = rows.len();
     let next = rows.get(per).map(P::t).filter(|t| *t < end);
     let in_range = rows.partition_point(|p| p.t() < end);
-    rows.truncate(in_range.min(per));
-    (next, read > rows.len())
+    let kept = in_range.min(per);
+    let closed = rows[kept..].iter().any(P::stored);
+    rows.truncate(kept);
+    (next, closed)
+}
+
+/// How far back `fill=previous` carries a stored value, in buckets: a
+/// day at `1m`. A page starting on an empty bucket reads at most this
+/// many buckets before it for the value to carry; an empty bucket further
+/// than this from the last stored one stays empty, on every page alike.
+pub const FILL_LOOKBACK_BUCKETS: i64 = 1_440;
+
+/// Where `fill=previous` may make up points: not in the future, and not
+/// after the market closed.
+#[derive(Debug, Clone, Copy)]
+struct FillBound {
+    now: Timestamp,
+    closed_at: Option<Timestamp>,
+}
+
+impl FillBound {
+    fn allows(&self, bucket: Timestamp) -> bool {
+        bucket <= self.now && self.closed_at.is_none_or(|c| bucket < c)
+    }
+}
+
+/// The first bucket starting at or after `t`.
+fn first_bucket(t: Timestamp, width: i64) -> Timestamp {
+    let start = t.0.div_euclid(width) * width;
+    Timestamp(if start == t.0 { start } else { start + width })
+}
+
+/// A page's points of one series with `fill=previous`: the stored points
+/// `stored` (read for the page by `HistoryQuery::range`, from `from`), and
+/// between them, from the first bucket at or after `from` until `end`,
+/// every empty bucket the last stored point before it (`carry` for the
+/// page's first, read by the caller) may be carried into: at most
+/// [`FILL_LOOKBACK_BUCKETS`] after it, within `bound`. Made-up points stop
+/// at `per + 1` (all `cut` needs); stored ones are all kept, for `cut` to
+/// see the stored buckets after the page.
+fn fill_previous<P: Carry>(
+    stored: Vec<P>,
+    mut carry: Option<P>,
+    (from, end, width): (Timestamp, Timestamp, i64),
+    per: usize,
+    bound: FillBound,
+) -> Vec<Gap<P>> {
+    let mut out = Vec::with_capacity(per + 1);
+    let mut bucket = first_bucket(from, width);
+    let fill_until =
+        |out: &mut Vec<Gap<P>>, bucket: &mut Timestamp, until: Timestamp, carry: &Option<P>| {
+            let Some(from) = carry else { return };
+            while *bucket < until
+                && *bucket < end
+                && out.len() <= per
+                && bucket.0 - from.t().0 <= FILL_LOOKBACK_BUCKETS * width
+                && bound.allows(*bucket)
+            {
+                out.push(Gap::Filled {
+                    t: *bucket,
+                    from: from.clone(),
+                });
+                bucket.0 += width;
+            }
+        };
+    for point in stored {
+        fill_until(&mut out, &mut bucket, point.t(), &carry);
+        bucket = Timestamp(point.t().0 + width);
+        carry = Some(point.clone());
+        out.push(Gap::Stored(point));
+    }
+    fill_until(&mut out, &mut bucket, end, &carry);
+    out
+}
+
+/// Reads one series for a page of a prices or candles route: the stored
+/// points, and with `fill=previous` the filled gaps between them.
+async fn series<P, F, Fut>(
+    q: &HistoryQuery,
+    bound: FillBound,
+    read: F,
+    id: String,
+    range: read::Range,
+) -> Result<Vec<Gap<P>>, ApiError>
+where
+    P: Carry,
+    F: Fn(String, read::Range) -> Fut,
+    Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
+{
+    let stored = read(id.clone(), range).await?;
+    if q.fill == Fill::None {
+        return Ok(stored.into_iter().map(Gap::Stored).collect());
+    }
+    let width = q.resolution.width_ms();
+    let first = first_bucket(range.start, width);
+    let carry = if stored.first().is_some_and(|p| p.t() == first) {
+        None
+    } else {
+        let before = read::Range {
+            res: q.resolution,
+            start: Timestamp(first.0.saturating_sub(FILL_LOOKBACK_BUCKETS * width)),
+            end: first,
+            limit: FILL_LOOKBACK_BUCKETS as usize,
+        };
+        read(id, before).await?.pop()
+    };
+    let per = range.limit - 1;
+    Ok(fill_previous(
+        stored,
+        carry,
+        (range.start, q.end, width),
+        per,
+        bound,
+    ))
+}
+
+/// A token page of a prices-like series (prices, candles): gated as
+/// prices, gaps filled when asked.
+async fn filled_token_page<P, F, Fut>(
+    state: &ApiState,
+    caller: &Caller,
+    token_id: String,
+    q: &HistoryQuery,
+    route: &str,
+    read: F,
+) -> Result<Page, ApiError>
+where
+    P: Carry,
+    F: Fn(String, read::Range) -> Fut + Copy,
+    Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
+{
+    check(caller, DataPoint::Prices, q)?;
+    let token = token(state, token_id).await?;
+    let bound = token_bound(state, caller, q, &token).await?;
+    token_page(q, route, token, |id, range| {
+        series(q, bound, read, id, range)
+    })
+    .await
+}
+
+/// A market page of a prices-like series (`routes`: the market route and
+/// its token route).
+async fn filled_market_page<P, F, Fut>(
+    state: &ApiState,
+    caller: &Caller,
+    id_or_slug: String,
+    q: &HistoryQuery,
+    (route, single_route): (&str, &str),
+    read: F,
+) -> Result<Page, ApiError>
+where
+    P: Carry,
+    F: Fn(String, read::Range) -> Fut + Copy,
+    Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
+{
+    check(caller, DataPoint::Prices, q)?;
+    let market = market(state, id_or_slug).await?;
+    let bound = bound(caller, &market);
+    market_page(&market, q, route, single_route, |id, range| {
+        series(q, bound, read, id, range)
+    })
+    .await
+}
+
+/// Where a token's pages may fill: its market's `closed_at` (read only
+/// when filling), now.
+async fn token_bound(
+    state: &ApiState,
+    caller: &Caller,
+    q: &HistoryQuery,
+    token: &TokenRef,
+) -> Result<FillBound, ApiError> {
+    let closed_at = match q.fill {
+        Fill::None => None,
+        Fill::Previous => state
+            .store
+            .market(&token.market_id)
+            .await?
+            .and_then(|m| m.closed_at),
+    };
+    Ok(FillBound {
+        now: caller.now,
+        closed_at,
+    })
+}
+
+/// Where a market's pages may fill (its `closed_at`), now.
+fn bound(caller: &Caller, market: &MarketRecord) -> FillBound {
+    FillBound {
+        now: caller.now,
+        closed_at: market.closed_at,
+    }
 }
 
 fn meta(q: &HistoryQuery, page: &HistoryPage, count: usize, next: Option<Timestamp>) -> Meta {
@@ -102,7 +294,7 @@ fn per_token(
 
 /// One token's page of a series: `read` the series, cut it, encode it
 /// with the token's head fields.
-async fn token_page<P, F, Fut>(
+async fn token_page<P, F, Fut, E>(
     q: &HistoryQuery,
     route: &str,
     token: TokenRef,
@@ -111,7 +303,8 @@ async fn token_page<P, F, Fut>(
 where
     P: Point,
     F: FnOnce(String, read::Range) -> Fut,
-    Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
+    Fut: std::future::Future<Output = Result<Vec<P>, E>>,
+    ApiError: From<E>,
 {
     let page = q.page(route, &token.token_id)?;
     let mut points = read(token.token_id.clone(), q.range(&page, q.limit)).await?;
@@ -129,7 +322,7 @@ where
 /// out, and encoded. Closed when any token has a bucket after the page:
 /// a market's events share one log partition, so the projector has then
 /// passed the page for all of its tokens.
-async fn market_page<P, F, Fut>(
+async fn market_page<P, F, Fut, E>(
     market: &MarketRecord,
     q: &HistoryQuery,
     route: &str,
@@ -139,7 +332,8 @@ async fn market_page<P, F, Fut>(
 where
     P: Point,
     F: Fn(String, read::Range) -> Fut,
-    Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
+    Fut: std::future::Future<Output = Result<Vec<P>, E>>,
+    ApiError: From<E>,
 {
     let per = per_token(market, q, single_route)?;
     let page = q.page(route, &market.id)?;
@@ -172,7 +366,7 @@ where
 
 /// Price history of one token: the average probability per bucket.
 #[utoipa::path(get, path = "/v1/tokens/{token_id}/prices", tag = "history",
-    params(("token_id" = String, Path, min_length = 1, max_length = 200), HistoryQuery),
+    params(("token_id" = String, Path, min_length = 1, max_length = 200), HistoryQuery, FillParam),
     responses((status = 200, body = TokenPricesResponse), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
         (status = 403, body = ErrorResponse), (status = 404, body = ErrorResponse), (status = 422, body = ValidationErrorResponse),
         (status = 429, body = ErrorResponse)))]
@@ -182,13 +376,9 @@ pub async fn token_prices(
     Path(token_id): Path<String>,
     q: HistoryQuery,
 ) -> Result<Page, ApiError> {
-    check(&caller, DataPoint::Prices, &q)?;
-    let token = token(&state, token_id).await?;
     let store = &state.store;
-    token_page(&q, TOKEN_PRICES, token, |id, range| async move {
-        store.prices(&id, range).await
-    })
-    .await
+    let prices = |id: String, range| async move { store.prices(&id, range).await };
+    filled_token_page(&state, &caller, token_id, &q, TOKEN_PRICES, prices).await
 }
 
 /// Order-book history of one token: the last snapshot per bucket.
@@ -204,6 +394,7 @@ pub async fn token_books(
     q: HistoryQuery,
 ) -> Result<Page, ApiError> {
     check(&caller, DataPoint::Books, &q)?;
+    q.no_fill()?;
     let token = token(&state, token_id).await?;
     let store = &state.store;
     token_page(&q, TOKEN_BOOKS, token, |id, range| async move {
@@ -214,7 +405,7 @@ pub async fn token_books(
 
 /// Price history for every token of a market, keyed by token label.
 #[utoipa::path(get, path = "/v1/markets/{id_or_slug}/prices", tag = "history",
-    params(("id_or_slug" = String, Path, min_length = 1, max_length = 200), HistoryQuery),
+    params(("id_or_slug" = String, Path, min_length = 1, max_length = 200), HistoryQuery, FillParam),
     responses((status = 200, body = MarketPricesResponse), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
         (status = 403, body = ErrorResponse), (status = 404, body = ErrorResponse), (status = 422, body = ValidationErrorResponse),
         (status = 429, body = ErrorResponse)))]
@@ -224,17 +415,10 @@ pub async fn market_prices(
     Path(id_or_slug): Path<String>,
     q: HistoryQuery,
 ) -> Result<Page, ApiError> {
-    check(&caller, DataPoint::Prices, &q)?;
-    let market = market(&state, id_or_slug).await?;
     let store = &state.store;
-    market_page(
-        &market,
-        &q,
-        MARKET_PRICES,
-        TOKEN_PRICES,
-        |id, range| async move { store.prices(&id, range).await },
-    )
-    .await
+    let prices = |id: String, range| async move { store.prices(&id, range).await };
+    let routes = (MARKET_PRICES, TOKEN_PRICES);
+    filled_market_page(&state, &caller, id_or_slug, &q, routes, prices).await
 }
 
 /// Order-book history for every token of a market, keyed by token label.
@@ -250,6 +434,7 @@ pub async fn market_books(
     q: HistoryQuery,
 ) -> Result<Page, ApiError> {
     check(&caller, DataPoint::Books, &q)?;
+    q.no_fill()?;
     let market = market(&state, id_or_slug).await?;
     let store = &state.store;
     market_page(
@@ -275,6 +460,7 @@ pub async fn market_metrics(
     q: HistoryQuery,
 ) -> Result<Page, ApiError> {
     check(&caller, DataPoint::Metrics, &q)?;
+    q.no_fill()?;
     let market = market(&state, id_or_slug).await?;
     let page = q.page(MARKET_METRICS, &market.id)?;
     let mut points = state
@@ -287,4 +473,166 @@ pub async fn market_metrics(
         ("resolution", q.resolution.as_str()),
     ];
     page::series(&head, &points, &meta(&q, &page, points.len(), next), closed)
+}
+
+/// Candles of one token: open, high, low and close of the price ticks per
+/// bucket, and their number. Plan-gated as prices.
+#[utoipa::path(get, path = "/v1/tokens/{token_id}/candles", tag = "history",
+    params(("token_id" = String, Path, min_length = 1, max_length = 200), HistoryQuery, FillParam),
+    responses((status = 200, body = TokenCandlesResponse), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
+        (status = 403, body = ErrorResponse), (status = 404, body = ErrorResponse), (status = 409, body = ErrorResponse,
+        description = "A bucket in the page was projected before candles were stored; `hindsight rebuild` fills it"),
+        (status = 422, body = ValidationErrorResponse), (status = 429, body = ErrorResponse)))]
+pub async fn token_candles(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(token_id): Path<String>,
+    q: HistoryQuery,
+) -> Result<Page, ApiError> {
+    let store = &state.store;
+    let candles = |id: String, range| async move { store.candles(&id, range).await };
+    filled_token_page(&state, &caller, token_id, &q, TOKEN_CANDLES, candles).await
+}
+
+/// Candles of every token of a market, keyed by token label (paged as the
+/// market's prices are). Plan-gated as prices.
+#[utoipa::path(get, path = "/v1/markets/{id_or_slug}/candles", tag = "history",
+    params(("id_or_slug" = String, Path, min_length = 1, max_length = 200), HistoryQuery, FillParam),
+    responses((status = 200, body = MarketCandlesResponse), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
+        (status = 403, body = ErrorResponse), (status = 404, body = ErrorResponse), (status = 409, body = ErrorResponse,
+        description = "A bucket in the page was projected before candles were stored; `hindsight rebuild` fills it"),
+        (status = 422, body = ValidationErrorResponse), (status = 429, body = ErrorResponse)))]
+pub async fn market_candles(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(id_or_slug): Path<String>,
+    q: HistoryQuery,
+) -> Result<Page, ApiError> {
+    let store = &state.store;
+    let candles = |id: String, range| async move { store.candles(&id, range).await };
+    let routes = (MARKET_CANDLES, TOKEN_CANDLES);
+    filled_market_page(&state, &caller, id_or_slug, &q, routes, candles).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hindsight_contracts::PricePoint;
+
+    const W: i64 = 60_000;
+
+    fn p(bucket: i64, p: f64) -> PricePoint {
+        PricePoint {
+            t: Timestamp(bucket * W),
+            p,
+        }
+    }
+
+    /// `(bucket, p, filled)` of each point.
+    fn shape(points: &[Gap<PricePoint>]) -> Vec<(i64, f64, bool)> {
+        points
+            .iter()
+            .map(|g| match g {
+                Gap::Stored(s) => (s.t.0 / W, s.p, false),
+                Gap::Filled { t, from } => (t.0 / W, from.p, true),
+            })
+            .collect()
+    }
+
+    const OPEN: FillBound = FillBound {
+        now: Timestamp(i64::MAX),
+        closed_at: None,
+    };
+
+    #[test]
+    fn gaps_take_the_last_stored_value_from_the_first_bucket_to_the_end() {
+        let out = fill_previous(
+            vec![p(3, 0.3), p(5, 0.5)],
+            Some(p(0, 0.1)),
+            (Timestamp(W + 1), Timestamp(8 * W), W),
+            100,
+            OPEN,
+        );
+        assert_eq!(
+            shape(&out),
+            vec![
+                (2, 0.1, true),
+                (3, 0.3, false),
+                (4, 0.3, true),
+                (5, 0.5, false),
+                (6, 0.5, true),
+                (7, 0.5, true)
+            ]
+        );
+    }
+
+    #[test]
+    fn nothing_is_carried_without_a_value_past_the_lookback_now_or_closing() {
+        let none = fill_previous(
+            vec![p(3, 0.3)],
+            None,
+            (Timestamp(0), Timestamp(5 * W), W),
+            100,
+            FillBound {
+                now: Timestamp(10 * W),
+                closed_at: Some(Timestamp(4 * W)),
+            },
+        );
+        assert_eq!(shape(&none), vec![(3, 0.3, false)], "closed at bucket 4");
+        let now = fill_previous(
+            vec![p(3, 0.3)],
+            None,
+            (Timestamp(0), Timestamp(9 * W), W),
+            100,
+            FillBound {
+                now: Timestamp(5 * W + 7),
+                closed_at: None,
+            },
+        );
+        assert_eq!(
+            shape(&now),
+            vec![(3, 0.3, false), (4, 0.3, true), (5, 0.3, true)],
+            "not past now"
+        );
+        let far = FILL_LOOKBACK_BUCKETS;
+        let lookback = fill_previous(
+            vec![p(far + 5, 0.9)],
+            Some(p(0, 0.1)),
+            (Timestamp((far - 1) * W), Timestamp((far + 6) * W), W),
+            100,
+            OPEN,
+        );
+        assert_eq!(
+            shape(&lookback),
+            vec![
+                (far - 1, 0.1, true),
+                (far, 0.1, true),
+                (far + 5, 0.9, false)
+            ],
+            "carried at most FILL_LOOKBACK_BUCKETS"
+        );
+    }
+
+    #[test]
+    fn made_up_points_stop_after_one_past_the_page_and_only_stored_ones_close_it() {
+        let mut out = fill_previous(
+            vec![p(0, 0.5)],
+            None,
+            (Timestamp(0), Timestamp(1_000 * W), W),
+            3,
+            OPEN,
+        );
+        assert_eq!(out.len(), 4, "per + 1 points");
+        let (next, closed) = cut(&mut out, 3, Timestamp(1_000 * W));
+        assert_eq!((next, closed), (Some(Timestamp(3 * W)), false));
+        let mut out = fill_previous(
+            vec![p(0, 0.5), p(9, 0.7)],
+            None,
+            (Timestamp(0), Timestamp(5 * W), W),
+            3,
+            OPEN,
+        );
+        let (next, closed) = cut(&mut out, 3, Timestamp(5 * W));
+        assert_eq!((next, closed), (Some(Timestamp(3 * W)), true));
+    }
 }

@@ -3,6 +3,7 @@
 
 pub mod discovery;
 pub mod export;
+pub mod estimate;
 pub mod history;
 
 use crate::auth::{self, Caller};

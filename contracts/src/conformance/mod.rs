@@ -109,6 +109,8 @@ macro_rules! store_conformance {
     ($make:path) => {
         $crate::__conformance_tests!(store, $make;
             bucket_round_trips: Shared,
+            candles_round_trip_with_their_price_rows: Shared,
+            counts_are_the_rows_a_range_holds: Shared,
             ranges_ordering_and_paging: Shared,
             sparse_ranges_over_decades_cost_what_their_rows_cost: Shared,
             large_writes_round_trip: Shared,

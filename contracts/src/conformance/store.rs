@@ -22,7 +22,11 @@ fn price_row(id: &str, res: Resolution, bucket: i64, sum: f64, count: u64, last:
             res,
             bucket: Timestamp(bucket),
         },
-        value: RowValue::Price { sum, count },
+        value: RowValue::Price {
+            sum,
+            count,
+            candle: None,
+        },
         last_offset: last,
     }
 }
@@ -139,6 +143,185 @@ pub async fn bucket_round_trips(a: &dyn Backend, b: &dyn Backend, prefix: &str) 
     ensure(missing.await.map_err(store_err)?.is_empty(), || {
         "a missing row loaded".into()
     })
+}
+
+/// Price rows keep their candle whole (open and close marks, high, low),
+/// or none: `load` gives back exactly what was applied, `candles` reads
+/// the same buckets as `prices`, in order, with counts, within the range
+/// and limit, and a row stored without a candle reads as one without.
+pub async fn candles_round_trip_with_their_price_rows(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let id = format!("{prefix}-candles");
+    let mark = |ms: i64, offset: u64, p: f64| Mark {
+        ts: Timestamp(T0 + ms),
+        offset,
+        p,
+    };
+    let mut rows = Vec::new();
+    for (i, res) in Resolution::ALL.into_iter().enumerate() {
+        let w = res.width_ms();
+        let i = i as u64;
+        for k in 0..3_i64 {
+            let mut row = price_row(&id, res, T0 + k * w, 1.25 + k as f64, 3 + i, 40 + i);
+            if k != 1 {
+                row.value = RowValue::Price {
+                    sum: 1.25 + k as f64,
+                    count: 3 + i,
+                    candle: Some(Candle {
+                        open: mark(k * w + 7, 11 + i, 0.125),
+                        close: mark(k * w + w - 1, 2 + i, 0.875),
+                        high: 0.9375,
+                        low: 0.0625 * k as f64,
+                    }),
+                };
+            }
+            rows.push(row);
+        }
+    }
+    write(a, rows.clone()).await?;
+    let mut keys: Vec<RowKey> = rows.iter().map(|r| r.key.clone()).collect();
+    keys.sort();
+    rows.sort_by(|x, y| x.key.cmp(&y.key));
+    let loaded = load_sorted(b, &keys).await?;
+    ensure(loaded == rows, || {
+        format!("price rows with candles load back changed:\n{loaded:?}\nvs\n{rows:?}")
+    })?;
+    for res in Resolution::ALL {
+        let w = res.width_ms();
+        let want: Vec<CandlePoint> = rows
+            .iter()
+            .filter(|r| r.key.res == res)
+            .map(|r| match &r.value {
+                RowValue::Price { count, candle, .. } => CandlePoint {
+                    t: r.key.bucket,
+                    count: *count,
+                    candle: *candle,
+                },
+                other => unreachable!("{other:?}"),
+            })
+            .collect();
+        let range = |start: i64, end: i64, limit: usize| Range {
+            res,
+            start: Timestamp(start),
+            end: Timestamp(end),
+            limit,
+        };
+        let all = b
+            .candles(&id, range(T0 - w, T0 + 10 * w, 10))
+            .await
+            .map_err(store_err)?;
+        ensure(all == want, || {
+            format!("{res} candles {all:?}\nwant {want:?}")
+        })?;
+        let cut = b
+            .candles(&id, range(T0 + 1, T0 + 2 * w + 1, 1))
+            .await
+            .map_err(store_err)?;
+        ensure(cut == want[1..2], || {
+            format!("{res} candles of [T0+1, +2w+1) limit 1: {cut:?}")
+        })?;
+        let prices = b
+            .prices(&id, range(T0, T0 + 3 * w, 10))
+            .await
+            .map_err(store_err)?;
+        ensure(
+            prices.iter().map(|p| p.t).collect::<Vec<_>>()
+                == want.iter().map(|c| c.t).collect::<Vec<_>>(),
+            || format!("{res} prices and candles read the same buckets: {prices:?}"),
+        )?;
+    }
+    Ok(())
+}
+
+/// `count` is the number of rows a range read would return without a
+/// limit, for every table, across time partitions and over decades of
+/// empty time, with `start` inclusive and `end` exclusive.
+pub async fn counts_are_the_rows_a_range_holds(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    const YEAR: i64 = 365 * 86_400_000;
+    let id = format!("{prefix}-count");
+    let res = Resolution::M1;
+    let w = res.width_ms();
+    // Every 3 hours for 30 days (several time partitions), then two rows
+    // decades later.
+    let mut buckets: Vec<i64> = (0..240).map(|i| T0 + i * 3 * 3_600_000).collect();
+    buckets.extend([T0 + 20 * YEAR, T0 + 40 * YEAR]);
+    let mut rows = Vec::new();
+    for &t in &buckets {
+        rows.push(price_row(&id, res, t, 0.5, 1, 1));
+        for (table, value) in [
+            (
+                Table::Metrics,
+                RowValue::Metrics {
+                    volume_sum: 1.0,
+                    liquidity_sum: 1.0,
+                    spread_sum: 0.1,
+                    count: 1,
+                },
+            ),
+            (
+                Table::Books,
+                RowValue::Book {
+                    ts: Timestamp(t),
+                    offset: 1,
+                    bids: "[]".into(),
+                    asks: "[]".into(),
+                },
+            ),
+        ] {
+            rows.push(Row {
+                key: RowKey {
+                    table,
+                    id: id.as_str().into(),
+                    res,
+                    bucket: Timestamp(t),
+                },
+                value,
+                last_offset: 1,
+            });
+        }
+    }
+    write(a, rows).await?;
+    let ranges = [
+        (T0, T0 + 50 * YEAR),
+        (T0 - YEAR, T0),
+        (T0 + w, T0 + 3 * 3_600_000),
+        (T0 + 3 * 3_600_000, T0 + 3 * 3_600_000 + 1),
+        (T0 + 7 * 86_400_000, T0 + 21 * 86_400_000),
+        (T0 + 10 * YEAR, T0 + 40 * YEAR),
+    ];
+    for (start, end) in ranges {
+        let want = buckets.iter().filter(|&&t| start <= t && t < end).count() as u64;
+        let range = Range {
+            res,
+            start: Timestamp(start),
+            end: Timestamp(end),
+            limit: 1,
+        };
+        for table in Table::ALL {
+            let n = b.count(table, &id, range).await.map_err(store_err)?;
+            ensure(n == want, || {
+                format!("{table:?} count of [{start}, {end}): {n}, want {want}")
+            })?;
+        }
+    }
+    let other = Range {
+        res: Resolution::H1,
+        start: Timestamp(T0),
+        end: Timestamp(T0 + 50 * YEAR),
+        limit: 1,
+    };
+    let n = b
+        .count(Table::Prices, &id, other)
+        .await
+        .map_err(store_err)?;
+    ensure(n == 0, || format!("another resolution holds none: {n}"))
 }
 
 /// A projector step can be large (thousands of rows, book snapshots of
