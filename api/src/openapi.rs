@@ -34,13 +34,17 @@ use utoipa::{Modify, OpenApi};
         history::token_prices,
         history::market_books,
         history::token_books,
+        history::token_trades,
+        history::token_book,
+        history::market_book,
     ),
     modifiers(&ApiKeyAuth, &Revalidation, &Links),
     security(("APIKeyHeader" = [])),
     tags(
         (name = "utility", description = "Health and usage"),
         (name = "discovery", description = "Series, events, markets and tags"),
-        (name = "history", description = "Prices, metrics and order books")
+        (name = "history", description = "Prices, metrics, order books and trades"),
+        (name = "snapshots", description = "The order book at a moment")
     )
 )]
 struct ApiDoc;
@@ -137,7 +141,7 @@ struct Links;
 
 /// `(from operation, link name, to operation, its parameter, JSON pointer
 /// into the `200` body)`: lists link their first item.
-const LINKS: [(&str, &str, &str, &str, &str); 14] = [
+const LINKS: [(&str, &str, &str, &str, &str); 16] = [
     (
         "list_series",
         "events",
@@ -224,6 +228,14 @@ const LINKS: [(&str, &str, &str, &str, &str); 14] = [
         "token_id",
         "/tokens/0/id",
     ),
+    (
+        "get_market",
+        "token_trades",
+        "token_trades",
+        "token_id",
+        "/tokens/0/id",
+    ),
+    ("get_market", "book", "market_book", "id_or_slug", "/id"),
 ];
 
 impl Modify for Links {

@@ -32,10 +32,13 @@ fn document_is_openapi_3_1_version_0_1_1_with_every_spec_route() {
         "/v1/tokens/{token_id}/prices",
         "/v1/markets/{id_or_slug}/books",
         "/v1/tokens/{token_id}/books",
+        "/v1/tokens/{token_id}/trades",
+        "/v1/tokens/{token_id}/book",
+        "/v1/markets/{id_or_slug}/book",
     ] {
         assert!(paths.contains_key(route), "{route}");
     }
-    assert_eq!(paths.len(), 12);
+    assert_eq!(paths.len(), 15);
 }
 
 #[test]

@@ -20,7 +20,9 @@
 //!   file of ticks next to DuckDB and ClickHouse (chdb) rolling the same
 //!   file into the same buckets: seconds, bytes on disk, ratios, after
 //!   checking the three agree (needs `cargo build --release` and the
-//!   virtualenv `scripts/install-tools.sh` fills).
+//!   virtualenv `scripts/install-tools.sh` fills);
+//! - `ticks`: tick-level reads on the embedded store, pages of 1 000 price
+//!   ticks of one token per second.
 
 mod api;
 mod engines;
@@ -29,6 +31,7 @@ mod pipeline;
 mod rollup;
 mod shape;
 mod shapes;
+mod ticks;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -53,6 +56,9 @@ fn main() -> anyhow::Result<()> {
     }
     if all || which.contains(&"shapes") {
         shapes::run(quick)?;
+    }
+    if all || which.contains(&"ticks") {
+        ticks::run(quick)?;
     }
     println!("peak RSS of this process: {:.0} MB", peak_rss_mb());
     Ok(())

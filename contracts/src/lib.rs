@@ -36,5 +36,6 @@ pub use log::{
 };
 pub use store::{
     Applied, BookPoint, CatalogCursor, MetricsPoint, PricePoint, ProjectionStore, ProjectionWrite,
-    Range, ReadStore, Refused, Row, RowKey, RowValue, Store, Table, TokenRef,
+    Range, ReadStore, Refused, Row, RowKey, RowValue, Store, Table, Tick, TickKey, TickKind,
+    TickRange, TickValue, TokenRef,
 };

@@ -84,11 +84,11 @@ pub fn validate(
     out
 }
 
-/// Events per kind, indexed by the kind's tag.
-pub type KindCounts = [u64; 7];
+/// Events per kind, indexed by the kind's tag (tags start at 1).
+pub type KindCounts = [u64; EventKind::ALL.len() + 1];
 
 pub fn kind_counts(events: &[Event]) -> KindCounts {
-    let mut per_kind = [0u64; 7];
+    let mut per_kind = [0u64; EventKind::ALL.len() + 1];
     events.iter().for_each(|e| per_kind[e.kind() as usize] += 1);
     per_kind
 }

@@ -18,7 +18,11 @@
 /// Version 5: `series_periods`, the time partitions holding rows of each
 /// series, so a range read skips empty ones; migrating a version 4
 /// keyspace fills it from the bucket tables ([`INDEXED_SINCE`]).
-pub const SCHEMA_VERSION: i32 = 5;
+/// Version 6: the tick-level tables `price_ticks`, `book_ticks`, `trades`
+/// and `trade_ids`, created empty: events projected before have no ticks
+/// until `hindsight rebuild` replays the log (the bucket tables are not
+/// touched, so nothing else needs it).
+pub const SCHEMA_VERSION: i32 = 6;
 
 /// The first version whose keyspaces keep `series_periods` up to date.
 pub const INDEXED_SINCE: i32 = 5;

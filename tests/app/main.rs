@@ -16,3 +16,4 @@ mod listeners;
 mod ops;
 mod pipeline;
 mod rate_limits;
+mod ticks;
