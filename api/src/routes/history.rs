@@ -38,6 +38,7 @@ const MARKET_PRICES: &str = "/v1/markets/{id_or_slug}/prices";
 const MARKET_BOOKS: &str = "/v1/markets/{id_or_slug}/books";
 const MARKET_METRICS: &str = "/v1/markets/{id_or_slug}/metrics";
 const TOKEN_TRADES: &str = "/v1/tokens/{token_id}/trades";
+const TOKEN_BOOK: &str = "/v1/tokens/{token_id}/book";
 
 fn check(caller: &Caller, point: DataPoint, q: &HistoryQuery) -> Result<(), ApiError> {
     caller
@@ -89,12 +90,9 @@ fn meta(q: &HistoryQuery, page: &HistoryPage, count: usize, next: Option<Timesta
     }
 }
 
-/// Points per token for a market-level page, or the refusal of SPEC §4.5.
-fn per_token(
-    market: &MarketRecord,
-    q: &HistoryQuery,
-    single_route: &str,
-) -> Result<usize, ApiError> {
+/// SPEC §4.5: a market of more than [`MAX_MARKET_TOKENS`] tokens is
+/// queried one token at a time, with `single_route`.
+fn check_token_count(market: &MarketRecord, single_route: &str) -> Result<(), ApiError> {
     let n = market.tokens.len();
     if n > MAX_MARKET_TOKENS {
         return Err(ApiError::BadRequest(format!(
@@ -103,6 +101,17 @@ fn per_token(
             market.id
         )));
     }
+    Ok(())
+}
+
+/// Points per token for a market-level page, or the refusal of SPEC §4.5.
+fn per_token(
+    market: &MarketRecord,
+    q: &HistoryQuery,
+    single_route: &str,
+) -> Result<usize, ApiError> {
+    let n = market.tokens.len();
+    check_token_count(market, single_route)?;
     if q.limit < n {
         return Err(ApiError::BadRequest(format!(
             "limit {} is too small for market {} with {n} tokens; the minimum required is {n}.",
@@ -447,14 +456,7 @@ pub async fn market_book(
 ) -> Result<Json<MarketBookAtResponse>, ApiError> {
     check_book_at(&caller, &q)?;
     let market = market(&state, id_or_slug).await?;
-    if market.tokens.len() > MAX_MARKET_TOKENS {
-        return Err(ApiError::BadRequest(format!(
-            "Market {} has {} tokens; market-level routes return at most {MAX_MARKET_TOKENS}. \
-             Query one token at a time with /v1/tokens/{{token_id}}/book.",
-            market.id,
-            market.tokens.len()
-        )));
-    }
+    check_token_count(&market, TOKEN_BOOK)?;
     let mut tokens = BTreeMap::new();
     let mut data = BTreeMap::new();
     for t in &market.tokens {
