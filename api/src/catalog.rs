@@ -470,6 +470,22 @@ mod tests {
         async fn count(&self, _: Table, _: &str, _: Range) -> hindsight_contracts::Result<u64> {
             Ok(0)
         }
+        async fn ticks(
+            &self,
+            _: TickKind,
+            _: &str,
+            _: TickRange,
+        ) -> hindsight_contracts::Result<Vec<Tick>> {
+            Ok(vec![])
+        }
+        async fn book_at(
+            &self,
+            _: &str,
+            _: Timestamp,
+            _: Timestamp,
+        ) -> hindsight_contracts::Result<Option<Tick>> {
+            Ok(None)
+        }
         async fn token(&self, _: &str) -> hindsight_contracts::Result<Option<TokenRef>> {
             Ok(None)
         }

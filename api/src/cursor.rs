@@ -1,6 +1,7 @@
 //! Opaque pagination cursors, signed and bound to the request they continue.
 //!
-//! - History: the next bucket start.
+//! - History: the next bucket start; tick-level history: the next tick's
+//!   key (timestamp and log position).
 //! - Lists: the sort position `(key, id)` of the last item of the page.
 //!
 //! A cursor is `prefix || hex(payload) || hex(tag)`, the tag a 128-bit
@@ -17,6 +18,7 @@
 //! replica, so that any replica continues any replica's cursor. Several
 //! secrets may be given for rotation: the first signs, all verify.
 
+use hindsight_contracts::TickKey;
 use hindsight_schemas::Timestamp;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -129,6 +131,7 @@ pub struct Pager {
 }
 
 const HISTORY: &str = "h2";
+const TICK: &str = "k1";
 const LIST: &str = "l2";
 
 /// Where a list page ended.
@@ -150,6 +153,28 @@ impl Pager {
     pub fn history_from(&self, cursor: &str) -> Option<Timestamp> {
         let payload = self.keys.open(HISTORY, &self.scope, cursor)?;
         Some(Timestamp(i64::from_be_bytes(payload.try_into().ok()?)))
+    }
+
+    /// Payload: the tick key's timestamp, log partition and offset,
+    /// big-endian (20 bytes).
+    pub fn tick(&self, next: TickKey) -> String {
+        let mut payload = Vec::with_capacity(20);
+        payload.extend_from_slice(&next.ts.0.to_be_bytes());
+        payload.extend_from_slice(&next.partition.to_be_bytes());
+        payload.extend_from_slice(&next.offset.to_be_bytes());
+        self.keys.seal(TICK, &self.scope, &payload)
+    }
+
+    pub fn tick_from(&self, cursor: &str) -> Option<TickKey> {
+        let payload = self.keys.open(TICK, &self.scope, cursor)?;
+        if payload.len() != 20 {
+            return None;
+        }
+        Some(TickKey {
+            ts: Timestamp(i64::from_be_bytes(payload[..8].try_into().ok()?)),
+            partition: u32::from_be_bytes(payload[8..12].try_into().ok()?),
+            offset: u64::from_be_bytes(payload[12..].try_into().ok()?),
+        })
     }
 
     /// Payload: `0 || id` without a sort key, `1 || key || id` with one.
@@ -219,6 +244,22 @@ mod tests {
             .with("start_ts", "1756684800000")
             .with("end_ts", "1756771200000")
             .with("resolution", resolution)
+    }
+
+    #[test]
+    fn tick_cursors_round_trip_and_are_not_bucket_cursors() {
+        let pager = Pager::new(keys(&[SECRET]), prices("t1", "tick"));
+        let k = TickKey {
+            ts: Timestamp(1_756_688_400_123),
+            partition: 7,
+            offset: u64::MAX - 1,
+        };
+        let c = pager.tick(k);
+        assert_eq!(pager.tick_from(&c), Some(k));
+        assert_eq!(pager.history_from(&c), None);
+        assert_eq!(pager.tick_from(&pager.history(k.ts)), None);
+        let other = Pager::new(keys(&[SECRET]), prices("t2", "tick"));
+        assert_eq!(other.tick_from(&c), None);
     }
 
     #[test]

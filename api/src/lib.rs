@@ -99,6 +99,9 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/v1/tokens/{token_id}/candles", get(history::token_candles))
         .route("/v1/estimate/{kind}", get(estimate::estimate))
+        .route("/v1/tokens/{token_id}/trades", get(history::token_trades))
+        .route("/v1/tokens/{token_id}/book", get(history::token_book))
+        .route("/v1/markets/{id_or_slug}/book", get(history::market_book))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth::meter))
         // Around `meter`: the request was counted before the comparison,
         // and a 304 keeps the rate headers `meter` put on the 200.

@@ -40,13 +40,17 @@ use utoipa::{Modify, OpenApi};
         export::export_prices,
         export::export_books,
         export::export_metrics,
+        history::token_trades,
+        history::token_book,
+        history::market_book,
     ),
     modifiers(&ApiKeyAuth, &Revalidation, &Links),
     security(("APIKeyHeader" = [])),
     tags(
         (name = "utility", description = "Health and usage"),
         (name = "discovery", description = "Series, events, markets and tags"),
-        (name = "history", description = "Prices, candles, metrics and order books"),
+        (name = "history", description = "Prices, candles, metrics, order books and trades"),
+        (name = "snapshots", description = "The order book at a moment"),
         (name = "estimate", description = "Points and bytes a history request would return"),
         (name = "export", description = "Whole ranges as one CSV or Parquet file")
     )
@@ -145,7 +149,7 @@ struct Links;
 
 /// `(from operation, link name, to operation, its parameter, JSON pointer
 /// into the `200` body)`: lists link their first item.
-const LINKS: [(&str, &str, &str, &str, &str); 18] = [
+const LINKS: [(&str, &str, &str, &str, &str); 24] = [
     (
         "list_series",
         "events",
@@ -288,6 +292,14 @@ const LINKS: [(&str, &str, &str, &str, &str); 18] = [
         "token_id",
         "/tokens/0/id",
     ),
+    (
+        "get_market",
+        "token_trades",
+        "token_trades",
+        "token_id",
+        "/tokens/0/id",
+    ),
+    ("get_market", "book", "market_book", "id_or_slug", "/id"),
 ];
 
 impl Modify for Links {

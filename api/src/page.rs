@@ -259,6 +259,60 @@ pub fn point_len<P: Point>(point: &P) -> usize {
     }
 }
 
+/// A tick-level point: a price tick as `{"t","p"}`, a snapshot as
+/// `{"t","bids","asks"}` (the bucket points' shapes, with the exact time),
+/// a trade as `{"t","price","size","side","trade_id"}`.
+impl Point for read::Tick {
+    fn t(&self) -> Timestamp {
+        self.key.ts
+    }
+    fn size_hint(&self) -> usize {
+        match &self.value {
+            read::TickValue::Price { .. } => POINT_BASE + NUMBER,
+            read::TickValue::Book { bids, asks } => POINT_BASE + 20 + bids.len() + asks.len(),
+            read::TickValue::Trade { trade_id, .. } => {
+                POINT_BASE + 2 * NUMBER + 40 + trade_id.as_ref().map_or(4, |id| id.len() + 8)
+            }
+        }
+    }
+    fn write(&self, w: &mut Writer) -> Result<(), ApiError> {
+        w.raw(b"{\"t\":");
+        w.time(self.key.ts);
+        match &self.value {
+            read::TickValue::Price { p } => {
+                w.raw(b",\"p\":");
+                w.number(*p);
+            }
+            read::TickValue::Book { bids, asks } => {
+                w.raw(b",\"bids\":");
+                w.json(bids)?;
+                w.raw(b",\"asks\":");
+                w.json(asks)?;
+            }
+            read::TickValue::Trade {
+                price,
+                size,
+                side,
+                trade_id,
+            } => {
+                w.raw(b",\"price\":");
+                w.number(*price);
+                w.raw(b",\"size\":");
+                w.number(*size);
+                w.raw(b",\"side\":");
+                w.string(side.as_str());
+                w.raw(b",\"trade_id\":");
+                match trade_id {
+                    Some(id) => w.string(id),
+                    None => w.raw(b"null"),
+                }
+            }
+        }
+        w.raw(b"}");
+        Ok(())
+    }
+}
+
 /// The buffer a page is written into.
 pub struct Writer {
     buf: Vec<u8>,
@@ -485,6 +539,66 @@ mod tests {
             "{} bytes in a buffer sized for {sized}",
             page.body.len()
         );
+    }
+
+    #[test]
+    fn a_trades_page_is_the_serde_encoding_of_its_documented_type() {
+        let (m, doc_meta) = meta(None);
+        let head = [
+            ("market_id", "m1"),
+            ("token_id", "t1"),
+            ("token_label", "Yes"),
+        ];
+        let trade = |ms: i64, side, id: Option<&str>| read::Tick {
+            token_id: "t1".into(),
+            key: read::TickKey {
+                ts: Timestamp(ms),
+                partition: 0,
+                offset: ms as u64,
+            },
+            value: read::TickValue::Trade {
+                price: 0.1 + 0.2,
+                size: 1e15,
+                side,
+                trade_id: id.map(String::from),
+            },
+        };
+        use hindsight_schemas::TradeSide;
+        let points = vec![
+            trade(1_756_684_800_001, TradeSide::Buy, Some("x\"1")),
+            trade(1_756_684_800_002, TradeSide::Sell, None),
+        ];
+        let page = series(&head, &points, &m, false).unwrap();
+        let expected = serde_json::to_vec(&api::TokenTradesResponse {
+            market_id: "m1".into(),
+            token_id: "t1".into(),
+            token_label: "Yes".into(),
+            data: points
+                .iter()
+                .map(|p| match &p.value {
+                    read::TickValue::Trade {
+                        price,
+                        size,
+                        side,
+                        trade_id,
+                    } => api::TradePoint {
+                        t: IsoTime(p.key.ts),
+                        price: *price,
+                        size: *size,
+                        side: side.as_str().into(),
+                        trade_id: trade_id.clone(),
+                    },
+                    _ => unreachable!(),
+                })
+                .collect(),
+            metadata: doc_meta,
+        })
+        .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&page.body),
+            String::from_utf8_lossy(&expected)
+        );
+        fits(&page, head_size(&head, &m) + points_size(&points));
     }
 
     #[test]

@@ -1,12 +1,15 @@
 //! Plans: what a key may query (docs/SPEC.md §8), from configuration.
 //!
 //! Defaults: `free` (60 req/min, finest 1h, 30 days, metrics and prices),
-//! `pro` (600 req/min, finest 1m, 365 days, everything), `enterprise`
-//! (unlimited rate, finest 1m, 100 years, history before coverage). A JSON
-//! file (`--plans-file`) adds plans or replaces these by name.
+//! `pro` (600 req/min, finest 1m, 365 days, everything but ticks),
+//! `enterprise` (unlimited rate, finest `tick`, 100 years, history before
+//! coverage). `tick` (every tick as ingested) is finer than `1m`, so only a
+//! plan whose finest is `tick` reads tick-level prices and books. Trades
+//! are a data point of their own (`pro` and `enterprise`). A JSON file
+//! (`--plans-file`) adds plans or replaces these by name.
 
 use crate::error::ApiError;
-use hindsight_schemas::{Resolution, Timestamp};
+use hindsight_schemas::{Granularity, Resolution, Timestamp};
 use serde::Deserialize;
 use std::collections::HashMap;
 use std::path::Path;
@@ -20,13 +23,14 @@ pub struct Plan {
     pub name: String,
     /// `None`: unlimited.
     pub requests_per_minute: Option<u32>,
-    /// Finest resolution allowed.
-    pub finest: Resolution,
+    /// Finest granularity allowed (`tick` or a resolution).
+    pub finest: Granularity,
     /// Rolling lookback window.
     pub max_history_days: u32,
     pub metrics: bool,
     pub prices: bool,
     pub books: bool,
+    pub trades: bool,
     /// History before [`COVERAGE_START`].
     pub before_coverage: bool,
 }
@@ -37,6 +41,7 @@ pub enum DataPoint {
     Metrics,
     Prices,
     Books,
+    Trades,
 }
 
 impl DataPoint {
@@ -45,6 +50,7 @@ impl DataPoint {
             DataPoint::Metrics => "historical metrics",
             DataPoint::Prices => "historical prices",
             DataPoint::Books => "historical order books",
+            DataPoint::Trades => "historical trades",
         }
     }
 }
@@ -54,21 +60,11 @@ impl Plan {
     pub fn check_history(
         &self,
         point: DataPoint,
-        res: Resolution,
+        res: Granularity,
         start: Timestamp,
         now: Timestamp,
     ) -> Result<(), ApiError> {
-        let allowed = match point {
-            DataPoint::Metrics => self.metrics,
-            DataPoint::Prices => self.prices,
-            DataPoint::Books => self.books,
-        };
-        if !allowed {
-            return Err(ApiError::Forbidden {
-                reason: "data_point",
-                detail: format!("Your plan does not allow {}.", point.noun()),
-            });
-        }
+        self.check_point(point)?;
         if res.width_ms() < self.finest.width_ms() {
             return Err(ApiError::Forbidden {
                 reason: "resolution",
@@ -78,6 +74,40 @@ impl Plan {
                 ),
             });
         }
+        self.check_since(start, now)
+    }
+
+    /// Refuses (403) a data point the plan does not include.
+    pub fn check_point(&self, point: DataPoint) -> Result<(), ApiError> {
+        let allowed = match point {
+            DataPoint::Metrics => self.metrics,
+            DataPoint::Prices => self.prices,
+            DataPoint::Books => self.books,
+            DataPoint::Trades => self.trades,
+        };
+        if allowed {
+            return Ok(());
+        }
+        Err(ApiError::Forbidden {
+            reason: "data_point",
+            detail: format!("Your plan does not allow {}.", point.noun()),
+        })
+    }
+
+    /// The earliest instant the plan lets a query read at `now`: its
+    /// lookback, and the coverage start unless it has earlier history.
+    pub fn earliest(&self, now: Timestamp) -> Timestamp {
+        let lookback = Timestamp(now.0 - self.max_history_days as i64 * 86_400_000);
+        if self.before_coverage {
+            lookback
+        } else {
+            lookback.max(COVERAGE_START)
+        }
+    }
+
+    /// Refuses (403) a query reaching back to `start` past the coverage
+    /// start (without `before_coverage`) or the plan's lookback.
+    pub fn check_since(&self, start: Timestamp, now: Timestamp) -> Result<(), ApiError> {
         if start < COVERAGE_START && !self.before_coverage {
             return Err(ApiError::Forbidden {
                 reason: "coverage",
@@ -109,6 +139,9 @@ struct PlanConfig {
     metrics: bool,
     prices: bool,
     books: bool,
+    /// Absent in files written before trades existed: no trades.
+    #[serde(default)]
+    trades: bool,
     #[serde(default)]
     before_coverage: bool,
 }
@@ -126,20 +159,35 @@ impl Default for Plans {
             metrics: true,
             prices: true,
             books,
+            trades: books,
             before_coverage: before,
         };
         Plans(HashMap::from([
             (
                 "free".into(),
-                plan("free", Some(60), Resolution::H1, 30, false, false),
+                plan(
+                    "free",
+                    Some(60),
+                    Granularity::Bucket(Resolution::H1),
+                    30,
+                    false,
+                    false,
+                ),
             ),
             (
                 "pro".into(),
-                plan("pro", Some(600), Resolution::M1, 365, true, false),
+                plan(
+                    "pro",
+                    Some(600),
+                    Granularity::Bucket(Resolution::M1),
+                    365,
+                    true,
+                    false,
+                ),
             ),
             (
                 "enterprise".into(),
-                plan("enterprise", None, Resolution::M1, 36_500, true, true),
+                plan("enterprise", None, Granularity::Tick, 36_500, true, true),
             ),
         ]))
     }
@@ -159,11 +207,11 @@ impl Plans {
         let file: HashMap<String, PlanConfig> =
             serde_json::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
         for (name, c) in file {
-            let finest = Resolution::parse(&c.granularity_allowed).ok_or_else(|| {
+            let finest = Granularity::parse(&c.granularity_allowed).ok_or_else(|| {
                 format!(
                     "{}: plan {name}: granularity_allowed must be one of {}",
                     path.display(),
-                    Resolution::allowed_list()
+                    Granularity::allowed_list()
                 )
             })?;
             plans.0.insert(
@@ -176,6 +224,7 @@ impl Plans {
                     metrics: c.metrics,
                     prices: c.prices,
                     books: c.books,
+                    trades: c.trades,
                     before_coverage: c.before_coverage,
                 },
             );
@@ -203,7 +252,14 @@ mod tests {
         assert_eq!(plans.get("free").unwrap().requests_per_minute, Some(5));
         assert!(!plans.get("free").unwrap().prices);
         assert_eq!(plans.get("research").unwrap().requests_per_minute, None);
-        assert_eq!(plans.get("research").unwrap().finest, Resolution::M10);
+        assert_eq!(
+            plans.get("research").unwrap().finest,
+            Granularity::Bucket(Resolution::M10)
+        );
+        assert!(
+            !plans.get("research").unwrap().trades,
+            "trades default to off"
+        );
         assert!(plans.get("pro").is_some());
         std::fs::write(&path, r#"{"x": {"granularity_allowed": "2h", "max_history_days": 1, "metrics": true, "prices": true, "books": true}}"#).unwrap();
         assert!(Plans::load(Some(&path))

@@ -18,9 +18,9 @@ use crate::error::{issue, ApiError};
 use crate::export::Format;
 use axum::extract::{FromRef, FromRequestParts, Query};
 use axum::http::request::Parts;
-use hindsight_contracts::Range;
+use hindsight_contracts::{Range, TickKey, TickRange};
 use hindsight_schemas::api::ValidationIssue;
-use hindsight_schemas::{Resolution, Timestamp, MAX_ID_LEN};
+use hindsight_schemas::{Granularity, Resolution, Timestamp, MAX_ID_LEN};
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::IntoParams;
 
@@ -85,10 +85,10 @@ pub trait QueryEnum: Copy + 'static {
     }
 }
 
-impl QueryEnum for Resolution {
-    const ALL: &'static [Self] = &Resolution::ALL;
+impl QueryEnum for Granularity {
+    const ALL: &'static [Self] = &Granularity::ALL;
     fn as_str(self) -> &'static str {
-        Resolution::as_str(self)
+        Granularity::as_str(self)
     }
 }
 
@@ -270,7 +270,7 @@ pub struct HistoryQuery {
     #[param(rename = "end_ts", value_type = String)]
     pub end: Timestamp,
     #[param(inline)]
-    pub resolution: Resolution,
+    pub resolution: Granularity,
     /// Max points per page (market-level routes: across all tokens).
     #[param(value_type = Option<i64>, minimum = 1, maximum = 200, default = 100)]
     pub limit: usize,
@@ -300,21 +300,26 @@ impl HistoryPage {
     }
 }
 
+/// One page of a tick-level series: the key it starts at, and how the next
+/// page's cursor is sealed.
+#[derive(Debug, Clone)]
+pub struct TickPage {
+    pub from: TickKey,
+    pager: Pager,
+}
+
+impl TickPage {
+    pub fn next_cursor(&self, next: TickKey) -> String {
+        self.pager.tick(next)
+    }
+}
+
 impl HistoryQuery {
     /// This query's page of `route` for the series `id` (the resolved token
     /// or market id): from its cursor, which must have been issued for that
     /// route, series, range and resolution, or from `start`.
     pub fn page(&self, route: &str, id: &str) -> Result<HistoryPage, ApiError> {
-        let mut scope = Scope::new(route)
-            .with("id", id)
-            .with("start_ts", &self.start.millis().to_string())
-            .with("end_ts", &self.end.millis().to_string())
-            .with("resolution", self.resolution.as_str());
-        // Bound only when given: cursors without `fill` stay as they were.
-        if self.fill != Fill::None {
-            scope = scope.with("fill", self.fill.as_str());
-        }
-        let pager = Pager::new(self.keys.clone(), scope);
+        let pager = self.pager(route, id);
         // Only this API signs cursors, and only with positions inside the
         // range; the range check keeps even a leaked secret from reaching
         // before `start_ts`, which the plan's lookback was checked on.
@@ -341,16 +346,72 @@ impl HistoryQuery {
         }
     }
 
+    fn pager(&self, route: &str, id: &str) -> Pager {
+        let mut scope = Scope::new(route)
+            .with("id", id)
+            .with("start_ts", &self.start.millis().to_string())
+            .with("end_ts", &self.end.millis().to_string())
+            .with("resolution", self.resolution.as_str());
+        // Bound only when given: cursors without `fill` stay as they were.
+        if self.fill != Fill::None {
+            scope = scope.with("fill", self.fill.as_str());
+        }
+        Pager::new(self.keys.clone(), scope)
+    }
+
+    /// Like [`HistoryQuery::page`], for a tick-level series: its cursors
+    /// carry a [`TickKey`] (ticks may share a millisecond).
+    pub fn tick_page(&self, route: &str, id: &str) -> Result<TickPage, ApiError> {
+        let pager = self.pager(route, id);
+        let from = match self.cursor.as_deref().map(|c| pager.tick_from(c)) {
+            None => TickKey::at(self.start),
+            Some(Some(k)) if k.ts >= self.start && k.ts <= self.end => k,
+            Some(_) => {
+                return Err(ApiError::invalid_cursor(
+                    "this route and token with the same `start_ts`, `end_ts` and `resolution`",
+                ))
+            }
+        };
+        Ok(TickPage { from, pager })
+    }
+
+    /// The resolution of a bucket query; `tick` on a route that serves
+    /// only buckets is refused (422, naming the routes that serve it).
+    pub fn bucket(&self) -> Result<Resolution, ApiError> {
+        match self.resolution {
+            Granularity::Bucket(res) => Ok(res),
+            Granularity::Tick => Err(ApiError::Validation(vec![issue(
+                "query",
+                "resolution",
+                "resolution 'tick' is served by /v1/tokens/{token_id}/prices and \
+                 /v1/tokens/{token_id}/books only; query one token at a time there",
+                "enum",
+            )])),
+        }
+    }
+
+    /// The store read of a tick page: `per + 1` ticks (is there a next
+    /// page?), reaching a day past `end_ts` (is the page closed?, as
+    /// [`HistoryQuery::range`] does with buckets).
+    pub fn tick_range(&self, page: &TickPage, per: usize) -> TickRange {
+        let lookahead = Resolution::M1.width_ms() * LOOKAHEAD_BUCKETS;
+        TickRange {
+            from: page.from,
+            end: Timestamp(self.end.0.saturating_add(lookahead)),
+            limit: per + 1,
+        }
+    }
+
     /// The store range for `page` with `per_series` points from one series:
     /// one more than asked, so the handler can tell whether more follow, and
     /// reaching [`LOOKAHEAD_BUCKETS`] past `end_ts`, so that a last page can
     /// tell whether the series already has a later bucket (the page is then
     /// closed, docs/DESIGN.md "Caching history"). Points at or after
     /// `end_ts` are never served.
-    pub fn range(&self, page: &HistoryPage, per_series: usize) -> Range {
-        let lookahead = self.resolution.width_ms() * LOOKAHEAD_BUCKETS;
+    pub fn range(&self, res: Resolution, page: &HistoryPage, per_series: usize) -> Range {
+        let lookahead = res.width_ms() * LOOKAHEAD_BUCKETS;
         Range {
-            res: self.resolution,
+            res,
             start: page.from,
             end: Timestamp(self.end.0.saturating_add(lookahead)),
             limit: per_series + 1,
@@ -367,9 +428,36 @@ where
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let q = QueryPairs::from_parts(parts, state).await?;
+        HistoryQuery::parse(&q, CursorKeys::from_ref(state), true)
+    }
+}
+
+impl HistoryQuery {
+    /// `with_resolution`: the route takes `resolution` (required); else it
+    /// serves ticks only (trades), and the query is at `tick`.
+    fn parse(q: &QueryPairs, keys: CursorKeys, with_resolution: bool) -> Result<Self, ApiError> {
         let mut errors = Vec::new();
-        let resolution = span_params(&q, &mut errors);
-        let fill = enum_param(&q, "fill", Fill::None, &mut errors);
+        let required: &[&str] = if with_resolution {
+            &["start_ts", "end_ts", "resolution"]
+        } else {
+            &["start_ts", "end_ts"]
+        };
+        for name in required {
+            if q.get(name).is_none() {
+                errors.push(issue("query", name, "Field required", "missing"));
+            }
+        }
+        let resolution = if with_resolution {
+            enum_param(
+                q,
+                "resolution",
+                Granularity::Bucket(Resolution::M1),
+                &mut errors,
+            )
+        } else {
+            Granularity::Tick
+        };
+        let fill = enum_param(q, "fill", Fill::None, &mut errors);
         let limit = match q.get("limit").map(|l| l.trim().parse::<i64>()) {
             // Above 200 is a 400 that states both numbers (docs/SPEC.md §7).
             Some(Ok(n)) if n > HISTORY_LIMIT_MAX as i64 => {
@@ -399,7 +487,65 @@ where
             limit,
             cursor: q.non_empty("cursor").map(str::to_string),
             fill,
-            keys: CursorKeys::from_ref(state),
+            keys,
+        })
+    }
+}
+
+/// The query of `/v1/tokens/{token_id}/trades`: a history query without
+/// `resolution` (trades are served one by one, at `tick`).
+#[derive(Debug, Clone)]
+pub struct TradesQuery(pub HistoryQuery);
+
+impl IntoParams for TradesQuery {
+    fn into_params(
+        parameter_in_provider: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        HistoryQuery::into_params(parameter_in_provider)
+            .into_iter()
+            .filter(|p| p.name != "resolution")
+            .collect()
+    }
+}
+
+impl<S> FromRequestParts<S> for TradesQuery
+where
+    S: Send + Sync,
+    CursorKeys: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let q = QueryPairs::from_parts(parts, state).await?;
+        HistoryQuery::parse(&q, CursorKeys::from_ref(state), false).map(TradesQuery)
+    }
+}
+
+/// The query of the book at a moment.
+#[derive(Debug, Clone, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct BookAtQuery {
+    /// The moment: ISO 8601 timestamp or Unix seconds. The answer is the
+    /// latest snapshot at or before it.
+    #[param(value_type = String)]
+    pub ts: Timestamp,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for BookAtQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let q = QueryPairs::from_parts(parts, state).await?;
+        let Some(text) = q.get("ts") else {
+            return Err(ApiError::Validation(vec![issue(
+                "query",
+                "ts",
+                "Field required",
+                "missing",
+            )]));
+        };
+        Ok(BookAtQuery {
+            ts: timestamp(text, "ts")?,
         })
     }
 }
@@ -929,7 +1075,11 @@ mod tests {
         let page = q.page(ROUTE, "t1").unwrap();
         assert_eq!(
             (page.from, q.limit, q.resolution),
-            (q.start, HISTORY_LIMIT_DEFAULT, Resolution::H1)
+            (
+                q.start,
+                HISTORY_LIMIT_DEFAULT,
+                Granularity::Bucket(Resolution::H1)
+            )
         );
         let at = Timestamp(q.start.0 + 3_600_000);
         let c = page.next_cursor(at);
@@ -940,8 +1090,8 @@ mod tests {
         assert_eq!(
             (
                 page.from,
-                q.range(&page, 10).start,
-                q.range(&page, 10).limit
+                q.range(Resolution::H1, &page, 10).start,
+                q.range(Resolution::H1, &page, 10).limit
             ),
             (at, at, 11)
         );

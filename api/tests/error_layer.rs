@@ -42,6 +42,12 @@ impl ReadStore for DownStore {
     async fn count(&self, _: Table, _: &str, _: Range) -> Result<u64> {
         Err(down())
     }
+    async fn ticks(&self, _: TickKind, _: &str, _: TickRange) -> Result<Vec<Tick>> {
+        Err(down())
+    }
+    async fn book_at(&self, _: &str, _: Timestamp, _: Timestamp) -> Result<Option<Tick>> {
+        Err(down())
+    }
     async fn token(&self, _: &str) -> Result<Option<TokenRef>> {
         Err(down())
     }

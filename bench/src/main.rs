@@ -26,6 +26,8 @@
 //!   streams, next to nginx serving the same CSV bytes, and the Parquet
 //!   file read back with pyarrow (needs `cargo build --release`, nginx and
 //!   the virtualenv).
+//! - `ticks`: tick-level reads on the embedded store, pages of 1 000 price
+//!   ticks of one token per second.
 
 mod api;
 mod engines;
@@ -35,6 +37,7 @@ mod pipeline;
 mod rollup;
 mod shape;
 mod shapes;
+mod ticks;
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -62,6 +65,9 @@ fn main() -> anyhow::Result<()> {
     }
     if all || which.contains(&"export") {
         export::run(quick)?;
+    }
+    if all || which.contains(&"ticks") {
+        ticks::run(quick)?;
     }
     println!("peak RSS of this process: {:.0} MB", peak_rss_mb());
     Ok(())

@@ -134,6 +134,7 @@ impl<S: ProjectionStore> ProjectionStore for FaultyStore<S> {
                     .apply(ProjectionWrite {
                         rows: write.rows,
                         catalog: write.catalog,
+                        ticks: write.ticks,
                         consumed: Vec::new(),
                     })
                     .await?;

@@ -37,5 +37,5 @@ pub use log::{
 pub use store::{
     Applied, BookPoint, Candle, CandlePoint, CatalogCursor, Mark, MetricsPoint, PricePoint,
     ProjectionStore, ProjectionWrite, Range, ReadStore, Refused, Row, RowKey, RowValue, Store,
-    Table, TokenRef,
+    Table, Tick, TickKey, TickKind, TickRange, TickValue, TokenRef,
 };

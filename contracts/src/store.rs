@@ -11,7 +11,7 @@
 use crate::{Position, Result};
 use async_trait::async_trait;
 use hindsight_schemas::wire::Reject;
-use hindsight_schemas::{Event, MarketRecord, Resolution, Timestamp};
+use hindsight_schemas::{Event, MarketRecord, Resolution, Timestamp, TradeSide};
 
 /// The three bucket tables.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -144,11 +144,117 @@ pub struct Row {
     pub last_offset: u64,
 }
 
-/// One durable step of the projector: rows, catalog upserts and the
-/// positions up to which the log has been consumed.
+/// The three kinds of a token's market data kept tick by tick, as ingested.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum TickKind {
+    /// Every price tick.
+    Price,
+    /// Every book snapshot.
+    Book,
+    /// Every trade (a repeated trade id once).
+    Trade,
+}
+
+impl TickKind {
+    pub const ALL: [TickKind; 3] = [TickKind::Price, TickKind::Book, TickKind::Trade];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TickKind::Price => "price_ticks",
+            TickKind::Book => "book_ticks",
+            TickKind::Trade => "trades",
+        }
+    }
+}
+
+/// Where a tick sorts among its token's ticks of one kind: by timestamp,
+/// then by log position, so ticks sharing a millisecond keep a definite
+/// order and each has a key of its own. The key is also the tick's
+/// identity: a replayed event writes the same key again, never a second row.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TickKey {
+    pub ts: Timestamp,
+    pub partition: u32,
+    pub offset: u64,
+}
+
+impl TickKey {
+    /// The first key at `ts`: a range from it holds every tick at `ts`.
+    pub const fn at(ts: Timestamp) -> Self {
+        TickKey {
+            ts,
+            partition: 0,
+            offset: 0,
+        }
+    }
+
+    pub fn of(ts: Timestamp, position: Position) -> Self {
+        TickKey {
+            ts,
+            partition: position.partition,
+            offset: position.offset,
+        }
+    }
+}
+
+/// What one tick holds.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TickValue {
+    Price {
+        p: f64,
+    },
+    /// Levels as JSON text (`[[price,size],…]`), as the API serves them.
+    Book {
+        bids: String,
+        asks: String,
+    },
+    Trade {
+        price: f64,
+        size: f64,
+        side: TradeSide,
+        trade_id: Option<String>,
+    },
+}
+
+/// One price tick, book snapshot or trade of a token, as ingested, with its
+/// exact timestamp.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tick {
+    pub token_id: String,
+    pub key: TickKey,
+    pub value: TickValue,
+}
+
+impl Tick {
+    pub fn kind(&self) -> TickKind {
+        match self.value {
+            TickValue::Price { .. } => TickKind::Price,
+            TickValue::Book { .. } => TickKind::Book,
+            TickValue::Trade { .. } => TickKind::Trade,
+        }
+    }
+}
+
+/// A tick-level read: ticks with `from <= key` and `ts < end`, in key
+/// order, at most `limit`. Paging continues from the key after the last
+/// returned tick (its offset plus one).
+///
+/// Contract: like [`Range`], a read costs what the ticks it returns (and
+/// the partitions that hold them) cost, whatever the empty time in range.
+#[derive(Debug, Clone, Copy)]
+pub struct TickRange {
+    pub from: TickKey,
+    pub end: Timestamp,
+    pub limit: usize,
+}
+
+/// One durable step of the projector: rows, tick-level records, catalog
+/// upserts and the positions up to which the log has been consumed.
 #[derive(Debug, Default)]
 pub struct ProjectionWrite {
     pub rows: Vec<Row>,
+    /// Price ticks, book snapshots and trades of the step, in log order.
+    pub ticks: Vec<Tick>,
     /// Catalog records in log order; the latest `(updated_at, position)` wins.
     pub catalog: Vec<(Position, Event)>,
     /// Per partition, the last position consumed.
@@ -211,6 +317,15 @@ pub struct Refused {
 ///   refused record whose token a later record of the write released. (A
 ///   store's `consumed` position may lag its catalog: the CQL store writes
 ///   positions last.)
+/// - **Ticks are keyed, not appended**: each tick is stored under (kind,
+///   token, [`TickKey`]); writing one again (a replay) leaves one row, the
+///   same. Ticks are durable before the positions, like rows.
+/// - **A trade id counts once**: a trade with a `trade_id` is stored only at
+///   the first position the store was given that (token, trade id) at; one
+///   at another position, in the same write or any later one, is left out,
+///   and one at that same position (a replay) is written again. Since a
+///   token's events come from one log partition, in log order, the trade
+///   kept is the first in the log: replays and a `rebuild` keep the same.
 /// - **Any size**: `apply` takes a write of any number of rows, whatever
 ///   limits the backend puts on one request (the CQL store splits it).
 /// - `reset` drops every row, catalog record (with its lookups) and consumed
@@ -302,6 +417,20 @@ pub trait ReadStore: Send + Sync {
     /// by reading them, and at a cost set by those partitions, not by the
     /// empty time in the range (as for range reads).
     async fn count(&self, table: Table, id: &str, range: Range) -> Result<u64>;
+    /// A token's ticks of one kind, as ingested: every price tick, book
+    /// snapshot or (deduplicated) trade in `range`, in [`TickKey`] order.
+    /// Served from storage laid out per token and time, never the log.
+    async fn ticks(&self, kind: TickKind, token_id: &str, range: TickRange) -> Result<Vec<Tick>>;
+    /// The book at a moment: of a token's snapshots with
+    /// `since <= ts <= at`, the one with the greatest [`TickKey`] (the
+    /// latest; of several at one instant, the last in the log). Costs a
+    /// bounded number of reads however far back the snapshot lies.
+    async fn book_at(
+        &self,
+        token_id: &str,
+        since: Timestamp,
+        at: Timestamp,
+    ) -> Result<Option<Tick>>;
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>>;
     /// A market by id, or else by slug.
     async fn market(&self, id_or_slug: &str) -> Result<Option<MarketRecord>>;

@@ -84,11 +84,11 @@ pub fn validate(
     out
 }
 
-/// Events per kind, indexed by the kind's tag.
-pub type KindCounts = [u64; 7];
+/// Events per kind, indexed by the kind's tag (tags start at 1).
+pub type KindCounts = [u64; EventKind::ALL.len() + 1];
 
 pub fn kind_counts(events: &[Event]) -> KindCounts {
-    let mut per_kind = [0u64; 7];
+    let mut per_kind = [0u64; EventKind::ALL.len() + 1];
     events.iter().for_each(|e| per_kind[e.kind() as usize] += 1);
     per_kind
 }
@@ -155,7 +155,7 @@ mod tests {
         let body = concat!(
             "{oops\n",
             "\n",
-            "{\"kind\":\"trade\"}\n",
+            "{\"kind\":\"quote\"}\n",
             "{\"kind\":\"price\",\"market_id\":\"m1\",\"token_id\":\"t1\",\"ts\":\"soon\",\"p\":0.5}\n",
             "{\"kind\":\"price\",\"market_id\":\"m1\",\"token_id\":\"t1\",\"ts\":1756684830,\"p\":2}\n",
             "{\"kind\":\"price\",\"market_id\":\"m1\",\"token_id\":\"t1\",\"ts\":1756684830,\"p\":3}\n",
@@ -183,12 +183,12 @@ mod tests {
 
     #[test]
     fn a_reject_serializes_as_its_line_and_text() {
-        let (out, _) = validate_counted(b"{\"kind\":\"trade\"}");
+        let (out, _) = validate_counted(b"{\"kind\":\"quote\"}");
         let json = serde_json::to_value(&out.rejected[0]).unwrap();
         assert_eq!(json["line"], 1);
         assert!(json["reason"]
             .as_str()
             .unwrap()
-            .starts_with("unknown kind `trade`"));
+            .starts_with("unknown kind `quote`"));
     }
 }

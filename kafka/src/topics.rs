@@ -85,10 +85,12 @@ impl KafkaConfig {
         format!("{}.{MARKERS}", self.topic_prefix)
     }
 
-    /// The topic (index) an event kind goes to.
+    /// The topic (index) an event kind goes to. Trades share the prices
+    /// topic (no topic to create on an existing cluster; a market's trades
+    /// stay in one partition, which their deduplication by trade id needs).
     pub fn kind_index(kind: EventKind) -> usize {
         match kind {
-            EventKind::Price => 0,
+            EventKind::Price | EventKind::Trade => 0,
             EventKind::Book => 1,
             EventKind::Metrics => 2,
             EventKind::Series | EventKind::Event | EventKind::Market => 3,

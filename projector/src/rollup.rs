@@ -463,11 +463,15 @@ fn book_state(e: &hindsight_schemas::BookSnapshot, offset: u64) -> State {
 fn levels_json(levels: &Levels) -> String {
     match levels {
         Levels::Json(s) => s.clone(),
-        Levels::Parsed(v) => {
-            let pairs: Vec<[f64; 2]> = v.iter().map(|l| [l.price, l.size]).collect();
-            serde_json::to_string(&pairs).expect("finite floats serialize")
-        }
+        Levels::Parsed(v) => levels_text(v),
     }
+}
+
+/// `[[price,size],…]` of parsed levels: the text bucket rows and tick-level
+/// snapshots both store.
+pub(crate) fn levels_text(levels: &[BookLevel]) -> String {
+    let pairs: Vec<[f64; 2]> = levels.iter().map(|l| [l.price, l.size]).collect();
+    serde_json::to_string(&pairs).expect("finite floats serialize")
 }
 
 #[cfg(test)]

@@ -19,9 +19,10 @@
 
 use crate::owners::Owners;
 use crate::rollup::Rollup;
+use crate::ticks::tick_of;
 use hindsight_contracts::{
     Applied, ConsumerSource, Delivered, LogConsumer, Position, ProjectionStore, ProjectionWrite,
-    Result,
+    Result, TickKind,
 };
 use hindsight_schemas::claims::tick_conflict;
 use hindsight_schemas::wire::RejectKind;
@@ -247,16 +248,14 @@ impl Projector {
         let mut catalog: Vec<(Position, Event)> = Vec::new();
         let mut mismatched = Mismatched::default();
         for d in segment {
-            let tick = match &d.event {
-                Event::Price(e) => Some((&e.market_id, &e.token_id)),
-                Event::Book(e) => Some((&e.market_id, &e.token_id)),
-                Event::Metrics(_) => None,
-                Event::Series(_) | Event::Event(_) | Event::Market(_) => {
-                    catalog.push((d.position, d.event));
-                    continue;
-                }
-            };
-            if let Some((market, token)) = tick {
+            if matches!(
+                d.event,
+                Event::Series(_) | Event::Event(_) | Event::Market(_)
+            ) {
+                catalog.push((d.position, d.event));
+                continue;
+            }
+            if let Some((market, token)) = d.event.token_data() {
                 if let Some(reason) = tick_conflict(market, token, self.owners.get(token)) {
                     mismatched.add(d.position, reason);
                     continue;
@@ -264,6 +263,8 @@ impl Projector {
             }
             data.push(d);
         }
+        let ticks: Vec<_> = data.iter().filter_map(tick_of).collect();
+        let trades = ticks.iter().filter(|t| t.kind() == TickKind::Trade).count() as u64;
         let missing = self.rollup.prepare(&data);
         if !missing.is_empty() {
             let rows = self.store.load(missing).await?;
@@ -279,6 +280,7 @@ impl Projector {
         let catalog_len = catalog.len() as u64;
         let write = ProjectionWrite {
             rows,
+            ticks,
             catalog,
             consumed: upto,
         };
@@ -291,6 +293,7 @@ impl Projector {
             .increment(applied_stats.books);
         metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "metrics")
             .increment(applied_stats.metrics);
+        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "trade").increment(trades);
         metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "catalog")
             .increment(catalog_len - refused.len() as u64);
         metrics::counter!(tm::PROJECTOR_REPLAYS_SKIPPED).increment(applied_stats.replays_skipped);
@@ -340,9 +343,10 @@ fn segment_end(batch: &[Delivered], owners: &Owners) -> usize {
                 }
                 continue;
             }
-            Event::Price(e) => (e.market_id.as_str(), e.token_id.as_str()),
-            Event::Book(e) => (e.market_id.as_str(), e.token_id.as_str()),
-            Event::Metrics(_) | Event::Series(_) | Event::Event(_) => continue,
+            other => match other.token_data() {
+                Some(tick) => tick,
+                None => continue,
+            },
         };
         let listed_elsewhere = listed
             .get(token)

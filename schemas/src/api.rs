@@ -186,6 +186,52 @@ pub struct TokenBooksResponse {
     pub metadata: PageMetadata,
 }
 
+/// One trade, as ingested. `trade_id` is null when the trade came without one.
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct TradePoint {
+    #[schema(value_type = String)]
+    pub t: IsoTime,
+    #[schema(minimum = 0.0, maximum = 1.0)]
+    pub price: f64,
+    #[schema(minimum = 0.0)]
+    pub size: f64,
+    #[schema(pattern = "^(buy|sell)$")]
+    pub side: String,
+    pub trade_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct TokenTradesResponse {
+    pub market_id: String,
+    pub token_id: String,
+    pub token_label: String,
+    pub data: Vec<TradePoint>,
+    pub metadata: PageMetadata,
+}
+
+/// The book at a moment: the latest snapshot at or before it, with its
+/// exact time `t`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct BookAtResponse {
+    pub token_id: String,
+    #[schema(value_type = String)]
+    pub t: IsoTime,
+    #[schema(value_type = Vec<Vec<f64>>)]
+    pub bids: Box<RawValue>,
+    #[schema(value_type = Vec<Vec<f64>>)]
+    pub asks: Box<RawValue>,
+}
+
+/// The book at a moment of every token of a market: `tokens` (label → id,
+/// every token) and `data` (label → the token's book; a token without a
+/// snapshot at or before the moment is absent).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct MarketBookAtResponse {
+    pub market_id: String,
+    pub tokens: BTreeMap<String, String>,
+    pub data: BTreeMap<String, BookAtResponse>,
+}
+
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
 pub struct MarketPricesResponse {
     pub market_id: String,
@@ -261,6 +307,7 @@ pub struct DataPoints {
     pub metrics: bool,
     pub prices: bool,
     pub books: bool,
+    pub trades: bool,
 }
 
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]

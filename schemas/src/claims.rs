@@ -82,18 +82,14 @@ pub fn market_conflict(claims: &(impl Claims + ?Sized), m: &MarketRecord) -> Opt
     }
 }
 
-/// The rule for any event: ticks and snapshots by their token, markets by
+/// The rule for any event: ticks, snapshots and trades by their token, markets by
 /// their tokens and slug; series, events and metrics samples always pass.
 pub fn check(claims: &(impl Claims + ?Sized), event: &Event) -> Result<(), Reject> {
     let conflict = match event {
-        Event::Price(e) => {
-            tick_conflict(&e.market_id, &e.token_id, claims.token_market(&e.token_id))
-        }
-        Event::Book(e) => {
-            tick_conflict(&e.market_id, &e.token_id, claims.token_market(&e.token_id))
-        }
         Event::Market(m) => market_conflict(claims, m),
-        Event::Metrics(_) | Event::Series(_) | Event::Event(_) => None,
+        other => other
+            .token_data()
+            .and_then(|(market, token)| tick_conflict(market, token, claims.token_market(token))),
     };
     conflict.map_or(Ok(()), Err)
 }

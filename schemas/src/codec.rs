@@ -57,6 +57,7 @@ pub fn encode_into(event: &Event, buf: &mut Vec<u8>) {
         Event::Series(e) => bincode::encode_into_std_write(e, buf, CONFIG),
         Event::Event(e) => bincode::encode_into_std_write(e, buf, CONFIG),
         Event::Market(e) => bincode::encode_into_std_write(e, buf, CONFIG),
+        Event::Trade(e) => bincode::encode_into_std_write(e, buf, CONFIG),
     };
     // Writing plain structs into a Vec cannot fail.
     written.expect("bincode encoding into a Vec is infallible");
@@ -83,6 +84,7 @@ pub fn decode(bytes: &[u8]) -> Result<Event, DecodeError> {
         EventKind::Series => Event::Series(body_v1(kind, body)?),
         EventKind::Event => Event::Event(body_v1(kind, body)?),
         EventKind::Market => Event::Market(body_v1(kind, body)?),
+        EventKind::Trade => Event::Trade(body_v1(kind, body)?),
     })
 }
 

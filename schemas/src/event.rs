@@ -1,6 +1,6 @@
 //! What flows through the event log.
 //!
-//! Four market-data kinds (price tick, book snapshot, metrics sample) and
+//! Four market-data kinds (price tick, book snapshot, metrics sample, trade) and
 //! three catalog upserts (series, event, market). Closing and resolving a
 //! market are market upserts. These types are validated already: the only way
 //! to build one from outside input is [`crate::wire::parse_line`].
@@ -46,6 +46,44 @@ pub struct MetricsSample {
     pub volume: f64,
     pub liquidity: f64,
     pub spread: f64,
+}
+
+/// Which side took liquidity in a trade.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, bincode::Encode, bincode::Decode)]
+pub enum TradeSide {
+    Buy,
+    Sell,
+}
+
+impl TradeSide {
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            TradeSide::Buy => "buy",
+            TradeSide::Sell => "sell",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<TradeSide> {
+        [TradeSide::Buy, TradeSide::Sell]
+            .into_iter()
+            .find(|s| s.as_str() == text)
+    }
+}
+
+/// One trade of a token. `trade_id`, when the venue gives one, names the
+/// trade: a trade id repeated for a token counts once, at its first log
+/// position (the read store keeps it, see `ProjectionStore`).
+#[derive(Debug, Clone, PartialEq, bincode::Encode, bincode::Decode)]
+pub struct Trade {
+    pub market_id: String,
+    pub token_id: String,
+    pub ts: Timestamp,
+    /// Probability in `[0, 1]`.
+    pub price: f64,
+    /// Shares traded, `>= 0`.
+    pub size: f64,
+    pub side: TradeSide,
+    pub trade_id: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, bincode::Encode, bincode::Decode)]
@@ -110,6 +148,7 @@ pub enum Event {
     Series(SeriesRecord),
     Event(EventRecord),
     Market(MarketRecord),
+    Trade(Trade),
 }
 
 /// The kind of an event: its name on the ingest wire, its tag in the log
@@ -122,16 +161,18 @@ pub enum EventKind {
     Series = 4,
     Event = 5,
     Market = 6,
+    Trade = 7,
 }
 
 impl EventKind {
-    pub const ALL: [EventKind; 6] = [
+    pub const ALL: [EventKind; 7] = [
         EventKind::Price,
         EventKind::Book,
         EventKind::Metrics,
         EventKind::Series,
         EventKind::Event,
         EventKind::Market,
+        EventKind::Trade,
     ];
 
     pub const fn as_str(self) -> &'static str {
@@ -142,6 +183,7 @@ impl EventKind {
             EventKind::Series => "series",
             EventKind::Event => "event",
             EventKind::Market => "market",
+            EventKind::Trade => "trade",
         }
     }
 
@@ -163,6 +205,19 @@ impl Event {
             Event::Series(_) => EventKind::Series,
             Event::Event(_) => EventKind::Event,
             Event::Market(_) => EventKind::Market,
+            Event::Trade(_) => EventKind::Trade,
+        }
+    }
+
+    /// `(market_id, token_id)` of a token's market data (price tick, book
+    /// snapshot, trade): the events the catalog rule decides by their
+    /// token, and the read store keeps tick by tick.
+    pub fn token_data(&self) -> Option<(&str, &str)> {
+        match self {
+            Event::Price(e) => Some((&e.market_id, &e.token_id)),
+            Event::Book(e) => Some((&e.market_id, &e.token_id)),
+            Event::Trade(e) => Some((&e.market_id, &e.token_id)),
+            Event::Metrics(_) | Event::Series(_) | Event::Event(_) | Event::Market(_) => None,
         }
     }
 
@@ -177,6 +232,7 @@ impl Event {
             Event::Series(e) => &e.id,
             Event::Event(e) => &e.id,
             Event::Market(e) => &e.id,
+            Event::Trade(e) => &e.market_id,
         }
     }
 }

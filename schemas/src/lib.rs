@@ -19,9 +19,9 @@ pub mod wire;
 
 pub use event::{
     BookLevel, BookSnapshot, Event, EventKind, EventRecord, MarketRecord, MetricsSample, PriceTick,
-    SeriesRecord, Token,
+    SeriesRecord, Token, Trade, TradeSide,
 };
-pub use resolution::Resolution;
+pub use resolution::{Granularity, Resolution};
 pub use time::{IsoTime, Timestamp};
 
 /// Longest id or slug accepted anywhere (SPEC §8: path ids are 1..200).

@@ -97,6 +97,80 @@ impl utoipa::PartialSchema for Resolution {
 
 impl utoipa::ToSchema for Resolution {}
 
+/// What a history query asks for: every tick as ingested, or the buckets
+/// of a resolution. `tick` is finer than every resolution (plans gate it
+/// as the finest granularity).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Granularity {
+    Tick,
+    Bucket(Resolution),
+}
+
+impl Granularity {
+    /// Every granularity, finest first.
+    pub const ALL: [Granularity; 8] = [
+        Granularity::Tick,
+        Granularity::Bucket(Resolution::M1),
+        Granularity::Bucket(Resolution::M5),
+        Granularity::Bucket(Resolution::M10),
+        Granularity::Bucket(Resolution::M15),
+        Granularity::Bucket(Resolution::H1),
+        Granularity::Bucket(Resolution::H6),
+        Granularity::Bucket(Resolution::D1),
+    ];
+
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Granularity::Tick => "tick",
+            Granularity::Bucket(r) => r.as_str(),
+        }
+    }
+
+    /// Width of one point: 0 for ticks, finer than any bucket.
+    pub const fn width_ms(self) -> i64 {
+        match self {
+            Granularity::Tick => 0,
+            Granularity::Bucket(r) => r.width_ms(),
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<Granularity> {
+        Granularity::ALL.into_iter().find(|g| g.as_str() == text)
+    }
+
+    /// `'tick', '1m', …` for error messages that list the allowed values.
+    pub fn allowed_list() -> String {
+        Granularity::ALL
+            .iter()
+            .map(|g| format!("'{}'", g.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+/// The `resolution` query parameter's schema: every resolution, and `tick`
+/// (on the token prices and books routes).
+impl utoipa::PartialSchema for Granularity {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        use utoipa::openapi::schema::{ObjectBuilder, Type};
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .description(Some(
+                "Aggregation bucket size, or `tick` for every tick as ingested (token prices and books routes only).",
+            ))
+            .enum_values(Some(Granularity::ALL.map(Granularity::as_str)))
+            .into()
+    }
+}
+
+impl utoipa::ToSchema for Granularity {}
+
+impl std::fmt::Display for Granularity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl std::fmt::Display for Resolution {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(self.as_str())

@@ -221,6 +221,10 @@ struct WireLine {
     token_id: Option<String>,
     ts: Option<WireTs>,
     p: Option<f64>,
+    price: Option<f64>,
+    size: Option<f64>,
+    side: Option<String>,
+    trade_id: Option<String>,
     bids: Option<Vec<[f64; 2]>>,
     asks: Option<Vec<[f64; 2]>>,
     volume: Option<f64>,
@@ -380,7 +384,7 @@ pub fn parse_line_with(line: &str, now: Timestamp, limits: &Limits) -> Result<Ev
             RejectKind::UnknownKind,
             Some("kind"),
             format!(
-                "unknown kind `{}`: expected one of price, book, metrics, series, event, market",
+                "unknown kind `{}`: expected one of price, book, metrics, trade, series, event, market",
                 truncate(kind_text)
             ),
         )
@@ -415,6 +419,33 @@ pub fn parse_line_with(line: &str, now: Timestamp, limits: &Limits) -> Result<Ev
             bids: book_side("bids", f.w.bids.take(), Side::Bids, limits)?,
             asks: book_side("asks", f.w.asks.take(), Side::Asks, limits)?,
         }),
+        EventKind::Trade => {
+            let price = f.number("price")?;
+            if !(0.0..=1.0).contains(&price) {
+                return Err(Reject::field(
+                    RejectKind::OutOfRange,
+                    "price",
+                    format!(": {price} is not a probability in [0, 1]"),
+                ));
+            }
+            let side_text = f.text("side")?;
+            let side = TradeSide::parse(&side_text).ok_or_else(|| {
+                Reject::field(
+                    RejectKind::OutOfRange,
+                    "side",
+                    format!(": `{}` is neither `buy` nor `sell`", truncate(&side_text)),
+                )
+            })?;
+            Event::Trade(Trade {
+                market_id: f.id("market_id")?,
+                token_id: f.id("token_id")?,
+                ts: f.ts("ts")?,
+                price,
+                size: f.metric("size")?,
+                side,
+                trade_id: f.optional_id("trade_id")?,
+            })
+        }
         EventKind::Metrics => Event::Metrics(MetricsSample {
             market_id: f.id("market_id")?,
             ts: f.ts("ts")?,
@@ -544,6 +575,8 @@ impl Fields {
             "status" => self.w.status.take(),
             "series_id" => self.w.series_id.take(),
             "event_id" => self.w.event_id.take(),
+            "side" => self.w.side.take(),
+            "trade_id" => self.w.trade_id.take(),
             _ => unreachable!("no string field {name}"),
         }
     }
@@ -572,6 +605,8 @@ impl Fields {
     fn number(&mut self, name: &str) -> Result<f64, Reject> {
         let value = match name {
             "p" => self.w.p,
+            "price" => self.w.price,
+            "size" => self.w.size,
             "volume" => self.w.volume,
             "liquidity" => self.w.liquidity,
             "spread" => self.w.spread,
@@ -923,6 +958,10 @@ pub fn to_line(event: &Event) -> String {
             json!({"kind": "book", "market_id": b.market_id, "token_id": b.token_id, "ts": ts(b.ts),
             "bids": levels(&b.bids), "asks": levels(&b.asks)})
         }
+        Event::Trade(t) => {
+            json!({"kind": "trade", "market_id": t.market_id, "token_id": t.token_id,
+            "ts": ts(t.ts), "price": t.price, "size": t.size, "side": t.side.as_str(), "trade_id": t.trade_id})
+        }
         Event::Metrics(m) => json!({"kind": "metrics", "market_id": m.market_id, "ts": ts(m.ts),
             "volume": m.volume, "liquidity": m.liquidity, "spread": m.spread}),
         Event::Series(s) => {
@@ -1001,7 +1040,21 @@ mod tests {
     #[test]
     fn refuses_bad_input_naming_field_and_reason() {
         assert!(err("{not json").starts_with("malformed JSON"));
-        assert!(err(r#"{"kind":"trade"}"#).contains("unknown kind `trade`"));
+        assert!(err(r#"{"kind":"quote"}"#).contains("unknown kind `quote`"));
+        let trade = r#""kind":"trade","market_id":"m1","token_id":"t1","ts":1756684830,"size":1"#;
+        assert_eq!(
+            err(&format!(r#"{{{trade},"price":1.5,"side":"buy"}}"#)),
+            "field `price`: 1.5 is not a probability in [0, 1]"
+        );
+        assert_eq!(
+            err(&format!(r#"{{{trade},"price":0.5,"side":"hold"}}"#)),
+            "field `side`: `hold` is neither `buy` nor `sell`"
+        );
+        assert!(err(&format!(r#"{{{trade},"price":0.5}}"#)).contains("missing field `side`"));
+        assert!(err(&format!(
+            r#"{{{trade},"price":0.5,"side":"buy","trade_id":"a b"}}"#
+        ))
+        .contains("field `trade_id`"));
         assert!(err(r#"{"market_id":"m"}"#).contains("missing field `kind`"));
         let base = r#""kind":"price","market_id":"m1","token_id":"t1","ts":"2025-09-01T00:00:30Z""#;
         assert!(
@@ -1049,7 +1102,7 @@ mod tests {
             ("{not json".into(), RejectKind::MalformedJson, None),
             ("42".into(), RejectKind::MalformedJson, None),
             (price(r#","p":"0.5""#), RejectKind::WrongType, Some("p")),
-            (r#"{"kind":"trade"}"#.into(), RejectKind::UnknownKind, Some("kind")),
+            (r#"{"kind":"quote"}"#.into(), RejectKind::UnknownKind, Some("kind")),
             (r#"{"market_id":"m"}"#.into(), RejectKind::MissingField, Some("kind")),
             (price(""), RejectKind::MissingField, Some("p")),
             (

@@ -92,6 +92,16 @@ fn expected() -> Vec<Event> {
             created_at: Timestamp(1_754_006_400_000),
             updated_at: ts,
         }),
+        // Added with the trade kind (tag 7); the lines above are unchanged.
+        Event::Trade(Trade {
+            market_id: "m1".into(),
+            token_id: "t-yes".into(),
+            ts,
+            price: 0.42,
+            size: 150.0,
+            side: TradeSide::Buy,
+            trade_id: Some("0xabc-7".into()),
+        }),
     ]
 }
 

@@ -18,6 +18,10 @@
 /// Version 5: `series_periods`, the time partitions holding rows of each
 /// series, so a range read skips empty ones; migrating a version 4
 /// keyspace fills it from the bucket tables ([`INDEXED_SINCE`]).
+/// Version 6: the tick-level tables `price_ticks`, `book_ticks`, `trades`
+/// and `trade_ids`, created empty: events projected before have no ticks
+/// until `hindsight rebuild` replays the log (the bucket tables are not
+/// touched, so nothing else needs it).
 /// Version 7: the candle columns of the `prices_*` tables
 /// ([`crate::statements::CANDLE_COLUMNS`]); migrating an older keyspace
 /// adds them (`ALTER TABLE`, each only if absent), NULL in existing rows:

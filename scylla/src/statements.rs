@@ -4,6 +4,7 @@
 //! at connect, the types the server reports for each bind marker are checked
 //! against the declared ones.
 
+use hindsight_contracts::TickKind;
 use hindsight_schemas::Resolution;
 
 #[derive(Debug, Clone, PartialEq)]
@@ -33,6 +34,29 @@ pub fn period_ms(res: Resolution) -> i64 {
 pub fn period_of(res: Resolution, bucket_ms: i64) -> i64 {
     bucket_ms.div_euclid(period_ms(res))
 }
+
+/// Length of one time partition of the tick-level tables: an hour of one
+/// token's ticks.
+pub const TICK_PERIOD_MS: i64 = 3_600_000;
+
+pub fn tick_period(ts_ms: i64) -> i64 {
+    ts_ms.div_euclid(TICK_PERIOD_MS)
+}
+
+/// `(table, value columns with their CQL types)` of each tick-level table.
+pub const TICK_TABLES: [(TickKind, &[(&str, &str)]); 3] = [
+    (TickKind::Price, &[("p", "double")]),
+    (TickKind::Book, &[("bids", "text"), ("asks", "text")]),
+    (
+        TickKind::Trade,
+        &[
+            ("price", "double"),
+            ("size", "double"),
+            ("side", "text"),
+            ("trade_id", "text"),
+        ],
+    ),
+];
 
 /// `(table prefix, id column, value columns with their CQL types)`.
 pub type BucketTable = (
@@ -154,6 +178,52 @@ pub fn all(ks: &str) -> Vec<Stmt> {
             }
         }
     }
+    for (kind, cols) in TICK_TABLES {
+        let table = kind.as_str();
+        let names: Vec<&str> = cols.iter().map(|(n, _)| *n).collect();
+        let mut binds = vec!["text", "bigint", "timestamp", "int", "bigint"];
+        binds.extend(cols.iter().map(|(_, t)| *t));
+        out.push(stmt(
+            format!("insert_{table}"),
+            format!(
+                "INSERT INTO {ks}.{table} (token_id, period, ts, log_partition, log_offset, {}) VALUES (?, ?, ?, ?, ?, {})",
+                names.join(", "),
+                vec!["?"; names.len()].join(", ")
+            ),
+            &binds,
+        ));
+        // Cassandra refuses a tuple and a single-column bound on one
+        // clustering column together; `(ts) < (?)` is a tuple too.
+        out.push(stmt(
+            format!("range_{table}"),
+            format!(
+                "SELECT ts, log_partition, log_offset, {} FROM {ks}.{table} WHERE token_id = ? AND period = ? AND (ts, log_partition, log_offset) >= (?, ?, ?) AND (ts) < (?) LIMIT ?",
+                names.join(", ")
+            ),
+            &["text", "bigint", "timestamp", "int", "bigint", "timestamp", "int"],
+        ));
+    }
+    out.push(stmt(
+        "latest_book_ticks",
+        format!(
+            "SELECT ts, log_partition, log_offset, bids, asks FROM {ks}.book_ticks WHERE token_id = ? AND period = ? AND ts >= ? AND ts <= ? ORDER BY ts DESC, log_partition DESC, log_offset DESC LIMIT 1"
+        ),
+        &["text", "bigint", "timestamp", "timestamp"],
+    ));
+    out.push(stmt(
+        "select_trade_id",
+        format!(
+            "SELECT log_partition, log_offset FROM {ks}.trade_ids WHERE token_id = ? AND trade_id = ?"
+        ),
+        &["text", "text"],
+    ));
+    out.push(stmt(
+        "insert_trade_id",
+        format!(
+            "INSERT INTO {ks}.trade_ids (token_id, trade_id, log_partition, log_offset) VALUES (?, ?, ?, ?)"
+        ),
+        &["text", "text", "int", "bigint"],
+    ));
     out.push(stmt(
         "insert_series_period",
         format!("INSERT INTO {ks}.series_periods (tbl, id, period) VALUES (?, ?, ?)"),
@@ -163,6 +233,13 @@ pub fn all(ks: &str) -> Vec<Stmt> {
         "select_series_periods",
         format!(
             "SELECT period FROM {ks}.series_periods WHERE tbl = ? AND id = ? AND period >= ? AND period <= ? LIMIT ?"
+        ),
+        &["text", "text", "bigint", "bigint", "int"],
+    ));
+    out.push(stmt(
+        "select_series_periods_desc",
+        format!(
+            "SELECT period FROM {ks}.series_periods WHERE tbl = ? AND id = ? AND period >= ? AND period <= ? ORDER BY period DESC LIMIT ?"
         ),
         &["text", "text", "bigint", "bigint", "int"],
     ));
@@ -327,7 +404,11 @@ pub fn derived_tables(ks: &str) -> Vec<String> {
         .iter()
         .flat_map(|(kind, _, _)| Resolution::ALL.map(|r| format!("{ks}.{kind}_{}", r.as_str())))
         .collect();
+    for (kind, _) in TICK_TABLES {
+        t.push(format!("{ks}.{}", kind.as_str()));
+    }
     for name in [
+        "trade_ids",
         "series_periods",
         "consumed",
         "catalog_consumed",

@@ -9,14 +9,14 @@
 //! carry the offset of the last event folded in.
 
 use crate::schema;
-use crate::statements::{self, period_of, Stmt};
+use crate::statements::{self, period_of, tick_period, Stmt};
 use async_trait::async_trait;
 use futures::{future, stream, StreamExt, TryStreamExt};
 use hindsight_contracts::auth::counted_range;
 use hindsight_contracts::*;
 use hindsight_schemas::claims::{market_conflict, Lookups};
 use hindsight_schemas::wire::Reject;
-use hindsight_schemas::{codec, Event, MarketRecord, Resolution, Timestamp};
+use hindsight_schemas::{codec, Event, MarketRecord, Resolution, Timestamp, TradeSide};
 use hindsight_telemetry as tm;
 use scylla::client::session::Session;
 use scylla::client::session_builder::SessionBuilder;
@@ -133,9 +133,27 @@ pub struct ScyllaStore {
     indexed: std::sync::Mutex<std::collections::HashSet<SeriesPeriod>>,
 }
 
-/// A partition of a bucket table (its `series_periods` entry): table,
-/// resolution, series id, time partition.
-type SeriesPeriod = (Table, Resolution, Arc<str>, i64);
+/// A table partitioned by series and time: a bucket table (a kind at a
+/// resolution) or a tick-level table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+enum Series {
+    Bucket(Table, Resolution),
+    Tick(TickKind),
+}
+
+impl Series {
+    /// The table's name, as `series_periods.tbl` holds it.
+    fn table(self) -> String {
+        match self {
+            Series::Bucket(table, res) => format!("{}_{}", table.as_str(), res.as_str()),
+            Series::Tick(kind) => kind.as_str().to_string(),
+        }
+    }
+}
+
+/// A partition of a series table (its `series_periods` entry): table,
+/// series id, time partition.
+type SeriesPeriod = (Series, Arc<str>, i64);
 
 /// How many `series_periods` entries a handle remembers writing.
 const INDEXED_REMEMBERED: usize = 1 << 20;
@@ -267,8 +285,8 @@ impl ScyllaStore {
                 .cloned()
                 .collect()
         };
-        let writes = fresh.iter().map(|(table, res, id, period)| async move {
-            let tbl = format!("{}_{}", table.as_str(), res.as_str());
+        let writes = fresh.iter().map(|(series, id, period)| async move {
+            let tbl = series.table();
             let _permit = self.writes.acquire().await.map_err(fail)?;
             retry("write_rows", || {
                 self.exec(
@@ -804,33 +822,196 @@ impl ScyllaStore {
         }
     }
 
-    /// The next time partitions of a series in `next..=last` that may hold
-    /// rows, in order (empty: none left). A short range visits its
-    /// partitions directly; a long one only those `series_periods` lists,
-    /// so empty years cost nothing.
-    async fn periods(
+    /// The next time partitions of a series to read, from `from` to `to`
+    /// (from `to` down to `from` when `backwards`): a short span's
+    /// partitions directly; a long one's only those `series_periods` lists,
+    /// so empty years cost nothing. Empty when none is left.
+    async fn next_periods(
         &self,
         op: &'static str,
         tbl: &str,
         id: &str,
-        next: i64,
-        last: i64,
+        from: i64,
+        to: i64,
+        backwards: bool,
     ) -> Result<Vec<i64>> {
-        if last - next < DIRECT_PERIODS {
-            return Ok((next..=last).collect());
+        if to < from {
+            return Ok(Vec::new());
         }
-        self.exec(
-            op,
-            "select_series_periods",
-            (tbl, id, next, last, PERIODS_PER_LIST),
-        )
-        .await?
-        .into_rows_result()
-        .map_err(corrupt)?
-        .rows::<(i64,)>()
-        .map_err(corrupt)?
-        .map(|r| r.map(|(p,)| p).map_err(corrupt))
-        .collect()
+        if to - from < DIRECT_PERIODS {
+            let mut direct: Vec<i64> = (from..=to).collect();
+            if backwards {
+                direct.reverse();
+            }
+            return Ok(direct);
+        }
+        let list = if backwards {
+            "select_series_periods_desc"
+        } else {
+            "select_series_periods"
+        };
+        self.exec(op, list, (tbl, id, from, to, PERIODS_PER_LIST))
+            .await?
+            .into_rows_result()
+            .map_err(corrupt)?
+            .rows::<(i64,)>()
+            .map_err(corrupt)?
+            .map(|r| r.map(|(p,)| p).map_err(corrupt))
+            .collect()
+    }
+
+    /// The ticks of `write` to store: every one but trades whose (token,
+    /// trade id) the store holds at another position, or an earlier tick
+    /// of this write holds. The ids seen first here are recorded in
+    /// `trade_ids` before their trades are written, so a replay after a
+    /// crash in between finds its own position and writes the trade.
+    /// Single writer: a token's events are one log partition's, which one
+    /// projector owns, so the read, then write, needs no transaction.
+    async fn first_trades(&self, ticks: Vec<Tick>) -> Result<Vec<Tick>> {
+        let mut ids: Vec<(String, String)> = ticks
+            .iter()
+            .filter_map(|t| match &t.value {
+                TickValue::Trade {
+                    trade_id: Some(id), ..
+                } => Some((t.token_id.clone(), id.clone())),
+                _ => None,
+            })
+            .collect();
+        if ids.is_empty() {
+            return Ok(ticks);
+        }
+        ids.sort();
+        ids.dedup();
+        let lookups = ids.into_iter().map(|(token, id)| async move {
+            let _permit = self.writes.acquire().await.map_err(fail)?;
+            let stored = self
+                .exec("write_ticks", "select_trade_id", (&token, &id))
+                .await?
+                .into_rows_result()
+                .map_err(corrupt)?
+                .maybe_first_row::<(i32, i64)>()
+                .map_err(corrupt)?;
+            Ok::<_, Error>(((token, id), stored))
+        });
+        let mut first: HashMap<(String, String), (i32, i64)> = HashMap::new();
+        let mut fresh = Vec::new();
+        for ((token, id), stored) in future::try_join_all(lookups).await? {
+            if let Some(at) = stored {
+                first.insert((token, id), at);
+            }
+        }
+        let mut kept = Vec::with_capacity(ticks.len());
+        for tick in ticks {
+            if let TickValue::Trade {
+                trade_id: Some(id), ..
+            } = &tick.value
+            {
+                let here = (tick.key.partition as i32, tick.key.offset as i64);
+                let key = (tick.token_id.clone(), id.clone());
+                match first.get(&key) {
+                    Some(at) if *at != here => continue,
+                    Some(_) => {}
+                    None => {
+                        first.insert(key.clone(), here);
+                        fresh.push((key, here));
+                    }
+                }
+            }
+            kept.push(tick);
+        }
+        let writes = fresh.iter().map(|((token, id), (p, o))| async move {
+            let _permit = self.writes.acquire().await.map_err(fail)?;
+            retry("write_ticks", || {
+                self.exec("write_ticks", "insert_trade_id", (token, id, *p, *o))
+            })
+            .await
+        });
+        future::try_join_all(writes).await?;
+        Ok(kept)
+    }
+
+    /// Writes ticks of one partition (one kind, token and hour) as one
+    /// unlogged batch.
+    async fn write_ticks(&self, ticks: Vec<Tick>) -> Result<()> {
+        let Some(first) = ticks.first() else {
+            return Ok(());
+        };
+        let name = format!("insert_{}", first.kind().as_str());
+        let mut batch = Batch::new(BatchType::Unlogged);
+        batch.set_consistency(self.config.consistency);
+        batch.set_request_timeout(Some(self.config.request_timeout));
+        for _ in &ticks {
+            batch.append_statement(self.stmt(&name).clone());
+        }
+        let key = |t: &Tick| {
+            (
+                t.token_id.clone(),
+                tick_period(t.key.ts.0),
+                ts(t.key.ts.0),
+                t.key.partition as i32,
+                t.key.offset as i64,
+            )
+        };
+        let run = || async {
+            let sent = match &first.value {
+                TickValue::Price { .. } => {
+                    let values: Vec<_> = ticks
+                        .iter()
+                        .map(|t| match &t.value {
+                            TickValue::Price { p } => {
+                                let (a, b, c, d, e) = key(t);
+                                (a, b, c, d, e, *p)
+                            }
+                            _ => unreachable!("one table per batch"),
+                        })
+                        .collect();
+                    self.session.batch(&batch, values).await
+                }
+                TickValue::Book { .. } => {
+                    let values: Vec<_> = ticks
+                        .iter()
+                        .map(|t| match &t.value {
+                            TickValue::Book { bids, asks } => {
+                                let (a, b, c, d, e) = key(t);
+                                (a, b, c, d, e, bids.clone(), asks.clone())
+                            }
+                            _ => unreachable!("one table per batch"),
+                        })
+                        .collect();
+                    self.session.batch(&batch, values).await
+                }
+                TickValue::Trade { .. } => {
+                    let values: Vec<_> = ticks
+                        .iter()
+                        .map(|t| match &t.value {
+                            TickValue::Trade {
+                                price,
+                                size,
+                                side,
+                                trade_id,
+                            } => {
+                                let (a, b, c, d, e) = key(t);
+                                (
+                                    a,
+                                    b,
+                                    c,
+                                    d,
+                                    e,
+                                    *price,
+                                    *size,
+                                    side.as_str(),
+                                    trade_id.clone(),
+                                )
+                            }
+                            _ => unreachable!("one table per batch"),
+                        })
+                        .collect();
+                    self.session.batch(&batch, values).await
+                }
+            };
+            sent.map(|_| ()).map_err(fail)
+        };
+        retry("write_ticks", run).await
     }
 
     /// Reads `range` of one series of the `{table}_{res}` tables with the
@@ -856,7 +1037,9 @@ impl ScyllaStore {
         // Time partitions in order; stop as soon as the page is full.
         let mut next = first;
         while next <= last && out.len() < range.limit {
-            let periods = self.periods("read_range", &tbl, id, next, last).await?;
+            let periods = self
+                .next_periods("read_range", &tbl, id, next, last, false)
+                .await?;
             let Some(&after) = periods.last() else {
                 break;
             };
@@ -948,18 +1131,29 @@ impl ProjectionStore for ScyllaStore {
 
     async fn apply(&self, write: ProjectionWrite) -> Result<Applied> {
         let started = Instant::now();
-        let mut partitions: BTreeMap<(Table, Resolution, Arc<str>, i64), Vec<Row>> =
-            BTreeMap::new();
+        let mut partitions: BTreeMap<SeriesPeriod, Vec<Row>> = BTreeMap::new();
         for row in write.rows {
             let k = (
-                row.key.table,
-                row.key.res,
+                Series::Bucket(row.key.table, row.key.res),
                 row.key.id.clone(),
                 period_of(row.key.res, row.key.bucket.0),
             );
             partitions.entry(k).or_default().push(row);
         }
-        if let Err(e) = self.index_periods(partitions.keys()).await {
+        let ticks = self.first_trades(write.ticks).await?;
+        let mut tick_partitions: BTreeMap<SeriesPeriod, Vec<Tick>> = BTreeMap::new();
+        for tick in ticks {
+            let k = (
+                Series::Tick(tick.kind()),
+                Arc::from(tick.token_id.as_str()),
+                tick_period(tick.key.ts.0),
+            );
+            tick_partitions.entry(k).or_default().push(tick);
+        }
+        let listed = self
+            .index_periods(partitions.keys().chain(tick_partitions.keys()))
+            .await;
+        if let Err(e) = listed {
             self.indexed.lock().expect("not poisoned").clear();
             return Err(e);
         }
@@ -978,6 +1172,15 @@ impl ProjectionStore for ScyllaStore {
         }
         // Bounded by the semaphore; awaited together.
         future::try_join_all(tasks).await?;
+        let tick_chunks: Vec<Vec<Tick>> = tick_partitions
+            .into_values()
+            .flat_map(|ticks| ticks.chunks(100).map(<[Tick]>::to_vec).collect::<Vec<_>>())
+            .collect();
+        let tick_writes = tick_chunks.into_iter().map(|chunk| async move {
+            let _permit = self.writes.acquire().await.map_err(fail)?;
+            self.write_ticks(chunk).await
+        });
+        future::try_join_all(tick_writes).await?;
         let applied = self.write_catalog_records(&write.catalog).await?;
         // Positions last: they may only say what is durable.
         for p in &write.consumed {
@@ -1242,7 +1445,9 @@ impl ReadStore for ScyllaStore {
         let last = period_of(range.res, range.end.0 - 1);
         let mut next = period_of(range.res, range.start.0);
         while next <= last {
-            let periods = self.periods("count_rows", &tbl, id, next, last).await?;
+            let periods = self
+                .next_periods("count_rows", &tbl, id, next, last, false)
+                .await?;
             let Some(&after) = periods.last() else {
                 break;
             };
@@ -1263,6 +1468,88 @@ impl ReadStore for ScyllaStore {
             }
         }
         Ok(total)
+    }
+
+    async fn ticks(&self, kind: TickKind, token_id: &str, range: TickRange) -> Result<Vec<Tick>> {
+        let mut out = Vec::new();
+        if range.end <= range.from.ts || range.limit == 0 {
+            return Ok(out);
+        }
+        let tbl = kind.as_str();
+        let name = format!("range_{tbl}");
+        let (first, last) = (tick_period(range.from.ts.0), tick_period(range.end.0 - 1));
+        let from = range.from;
+        let mut next = first;
+        while next <= last && out.len() < range.limit {
+            let periods = self
+                .next_periods("read_ticks", tbl, token_id, next, last, false)
+                .await?;
+            let Some(&after) = periods.last() else {
+                break;
+            };
+            next = after + 1;
+            for period in periods {
+                let want = (range.limit - out.len()) as i32;
+                let values = (
+                    token_id,
+                    period,
+                    ts(from.ts.0),
+                    from.partition as i32,
+                    from.offset as i64,
+                    ts(range.end.0),
+                    want,
+                );
+                let rows = self
+                    .exec("read_ticks", &name, values)
+                    .await?
+                    .into_rows_result()
+                    .map_err(corrupt)?;
+                read_ticks(kind, token_id, &rows, &mut out)?;
+                if out.len() >= range.limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    async fn book_at(
+        &self,
+        token_id: &str,
+        since: Timestamp,
+        at: Timestamp,
+    ) -> Result<Option<Tick>> {
+        let tbl = TickKind::Book.as_str();
+        let first = tick_period(since.0);
+        let mut upto = tick_period(at.0);
+        // Hours from `at` backwards; the latest snapshot is in the first
+        // listed hour holding one (a listed hour without rows was left by
+        // a crash before its rows, and only costs a read).
+        loop {
+            let periods = self
+                .next_periods("read_book_at", tbl, token_id, first, upto, true)
+                .await?;
+            let Some(&lowest) = periods.last() else {
+                return Ok(None);
+            };
+            for period in periods {
+                let rows = self
+                    .exec(
+                        "read_book_at",
+                        "latest_book_ticks",
+                        (token_id, period, ts(since.0), ts(at.0)),
+                    )
+                    .await?
+                    .into_rows_result()
+                    .map_err(corrupt)?;
+                let mut found = Vec::new();
+                read_ticks(TickKind::Book, token_id, &rows, &mut found)?;
+                if let Some(tick) = found.pop() {
+                    return Ok(Some(tick));
+                }
+            }
+            upto = lowest - 1;
+        }
     }
 
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>> {
@@ -1361,6 +1648,60 @@ impl ReadStore for ScyllaStore {
         }
         Ok((out, CatalogCursor::from_backend(now.max(0) as u64)))
     }
+}
+
+/// Ticks of one kind from rows `ts, log_partition, log_offset, <values>`.
+fn read_ticks(
+    kind: TickKind,
+    token_id: &str,
+    rows: &scylla::response::query_result::QueryRowsResult,
+    out: &mut Vec<Tick>,
+) -> Result<()> {
+    let tick = |at: CqlTimestamp, partition: i32, offset: i64, value| Tick {
+        token_id: token_id.to_string(),
+        key: TickKey {
+            ts: Timestamp(at.0),
+            partition: partition as u32,
+            offset: offset as u64,
+        },
+        value,
+    };
+    match kind {
+        TickKind::Price => {
+            for r in rows
+                .rows::<(CqlTimestamp, i32, i64, f64)>()
+                .map_err(corrupt)?
+            {
+                let (at, partition, offset, p) = r.map_err(corrupt)?;
+                out.push(tick(at, partition, offset, TickValue::Price { p }));
+            }
+        }
+        TickKind::Book => {
+            for r in rows
+                .rows::<(CqlTimestamp, i32, i64, String, String)>()
+                .map_err(corrupt)?
+            {
+                let (at, partition, offset, bids, asks) = r.map_err(corrupt)?;
+                out.push(tick(at, partition, offset, TickValue::Book { bids, asks }));
+            }
+        }
+        TickKind::Trade => {
+            type TradeRow = (CqlTimestamp, i32, i64, f64, f64, String, Option<String>);
+            for r in rows.rows::<TradeRow>().map_err(corrupt)? {
+                let (at, partition, offset, price, size, side, trade_id) = r.map_err(corrupt)?;
+                let side = TradeSide::parse(&side)
+                    .ok_or_else(|| corrupt(format!("trade side {side:?}")))?;
+                let value = TickValue::Trade {
+                    price,
+                    size,
+                    side,
+                    trade_id,
+                };
+                out.push(tick(at, partition, offset, value));
+            }
+        }
+    }
+    Ok(())
 }
 
 type KeyRow = (

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use hindsight_contracts::*;
 use hindsight_schemas::claims::{market_conflict, Lookups};
 use hindsight_schemas::wire::Reject;
-use hindsight_schemas::{codec, Event, MarketRecord, Timestamp};
+use hindsight_schemas::{codec, Event, MarketRecord, Timestamp, TradeSide};
 use hindsight_telemetry as tm;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use std::path::Path;
@@ -18,11 +18,14 @@ use std::time::Instant;
 /// Bumped when the layout below changes; recorded in `meta`. Version 3
 /// adds `catalog_consumed` (created empty on open: a store of version 2
 /// decided its catalog records already, and replays start after them).
-/// Version 4 adds the candle columns of `price_buckets` (`open_ts` …
+/// Version 4 adds the tick-level tables `price_ticks`, `book_ticks`,
+/// `trades` and `trade_ids`, created empty on open: events projected
+/// before have no ticks until `hindsight rebuild` replays the log.
+/// Version 5 adds the candle columns of `price_buckets` (`open_ts` …
 /// `low`), NULL in rows an older version wrote: those buckets have no
 /// candle until `hindsight rebuild` (the API says so rather than serve a
 /// candle of part of a bucket).
-pub const SCHEMA_VERSION: i64 = 4;
+pub const SCHEMA_VERSION: i64 = 5;
 
 /// The candle columns of `price_buckets`, in order, as `migrate` adds them
 /// to an older store (nullable: rows written before have none).
@@ -44,7 +47,7 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 -- Unix milliseconds, `last_offset` the log offset of the last event folded in.
 -- Price rows carry their candle: the open and close ticks (time, log
 -- offset, probability) and the high and low; NULL in rows written before
--- version 4 (see CANDLE_COLUMNS).
+-- version 5 (see CANDLE_COLUMNS).
 CREATE TABLE IF NOT EXISTS price_buckets (
     token_id TEXT NOT NULL, res TEXT NOT NULL, bucket INTEGER NOT NULL,
     sum REAL NOT NULL, count INTEGER NOT NULL, last_offset INTEGER NOT NULL,
@@ -63,6 +66,32 @@ CREATE TABLE IF NOT EXISTS book_buckets (
     ts INTEGER NOT NULL, snapshot_offset INTEGER NOT NULL,
     bids TEXT NOT NULL, asks TEXT NOT NULL, last_offset INTEGER NOT NULL,
     PRIMARY KEY (token_id, res, bucket)
+) WITHOUT ROWID;
+
+-- Tick level: every price tick, book snapshot and trade as ingested, per
+-- token in (ts, log position) order. The key is the tick's identity, so a
+-- replayed event rewrites its own row. `trade_ids` keeps, per token and
+-- trade id, the position of the one trade stored under it.
+CREATE TABLE IF NOT EXISTS price_ticks (
+    token_id TEXT NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
+    log_offset INTEGER NOT NULL, p REAL NOT NULL,
+    PRIMARY KEY (token_id, ts, log_partition, log_offset)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS book_ticks (
+    token_id TEXT NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
+    log_offset INTEGER NOT NULL, bids TEXT NOT NULL, asks TEXT NOT NULL,
+    PRIMARY KEY (token_id, ts, log_partition, log_offset)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS trades (
+    token_id TEXT NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
+    log_offset INTEGER NOT NULL, price REAL NOT NULL, size REAL NOT NULL,
+    side TEXT NOT NULL, trade_id TEXT,
+    PRIMARY KEY (token_id, ts, log_partition, log_offset)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS trade_ids (
+    token_id TEXT NOT NULL, trade_id TEXT NOT NULL,
+    log_partition INTEGER NOT NULL, log_offset INTEGER NOT NULL,
+    PRIMARY KEY (token_id, trade_id)
 ) WITHOUT ROWID;
 
 -- Per log partition, the offset after the last event the projector applied.
@@ -118,6 +147,10 @@ const DERIVED_TABLES: &[&str] = &[
     "price_buckets",
     "metric_buckets",
     "book_buckets",
+    "price_ticks",
+    "book_ticks",
+    "trades",
+    "trade_ids",
     "consumed",
     "catalog_consumed",
     "series",
@@ -130,7 +163,7 @@ const DERIVED_TABLES: &[&str] = &[
 /// ordered catalog changes by log offset; version 2 adds `change_seq`.
 /// Existing records keep sequence 0: a full read lists them, and every
 /// cursor handed out before was held in memory by a process now restarted.
-/// Version 4 adds the candle columns, NULL in existing rows.
+/// Version 5 adds the candle columns, NULL in existing rows.
 fn migrate(conn: &Connection) -> Result<()> {
     for (column, kind) in CANDLE_COLUMNS {
         let present: bool = conn
@@ -420,6 +453,100 @@ fn write_row(tx: &Transaction, row: &Row) -> Result<()> {
     Ok(())
 }
 
+/// Writes one tick under its key. A trade with an id is written only at
+/// the position `trade_ids` holds for it: the first one given, recorded
+/// here in the same transaction.
+fn write_tick(tx: &Transaction, t: &Tick) -> Result<()> {
+    let (ts, part, off) = (
+        t.key.ts.millis(),
+        t.key.partition as i64,
+        t.key.offset as i64,
+    );
+    match &t.value {
+        TickValue::Price { p } => {
+            tx.prepare_cached("INSERT OR REPLACE INTO price_ticks VALUES (?1, ?2, ?3, ?4, ?5)")?
+                .execute(params![t.token_id, ts, part, off, p])?;
+        }
+        TickValue::Book { bids, asks } => {
+            tx.prepare_cached("INSERT OR REPLACE INTO book_ticks VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
+                .execute(params![t.token_id, ts, part, off, bids, asks])?;
+        }
+        TickValue::Trade {
+            price,
+            size,
+            side,
+            trade_id,
+        } => {
+            if let Some(id) = trade_id {
+                tx.prepare_cached("INSERT OR IGNORE INTO trade_ids VALUES (?1, ?2, ?3, ?4)")?
+                    .execute(params![t.token_id, id, part, off])?;
+                let first: (i64, i64) = tx
+                    .prepare_cached(
+                        "SELECT log_partition, log_offset FROM trade_ids WHERE token_id = ?1 AND trade_id = ?2",
+                    )?
+                    .query_row(params![t.token_id, id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                if first != (part, off) {
+                    return Ok(());
+                }
+            }
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO trades VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+            )?
+            .execute(params![
+                t.token_id,
+                ts,
+                part,
+                off,
+                price,
+                size,
+                side.as_str(),
+                trade_id
+            ])?;
+        }
+    }
+    Ok(())
+}
+
+/// The columns of a tick table after its key, and how to read them.
+fn tick_columns(kind: TickKind) -> &'static str {
+    match kind {
+        TickKind::Price => "p",
+        TickKind::Book => "bids, asks",
+        TickKind::Trade => "price, size, side, trade_id",
+    }
+}
+
+/// A tick from a row `ts, log_partition, log_offset, <tick_columns>`.
+fn tick_from_row(kind: TickKind, token_id: &str, r: &rusqlite::Row) -> Result<Tick> {
+    let key = TickKey {
+        ts: Timestamp(r.get(0)?),
+        partition: r.get::<_, i64>(1)? as u32,
+        offset: r.get::<_, i64>(2)? as u64,
+    };
+    let value = match kind {
+        TickKind::Price => TickValue::Price { p: r.get(3)? },
+        TickKind::Book => TickValue::Book {
+            bids: r.get(3)?,
+            asks: r.get(4)?,
+        },
+        TickKind::Trade => {
+            let side: String = r.get(5)?;
+            TickValue::Trade {
+                price: r.get(3)?,
+                size: r.get(4)?,
+                side: TradeSide::parse(&side)
+                    .ok_or_else(|| Error::Corrupt(format!("trade side {side:?}")))?,
+                trade_id: r.get(6)?,
+            }
+        }
+    };
+    Ok(Tick {
+        token_id: token_id.to_string(),
+        key,
+        value,
+    })
+}
+
 fn opt_ms(t: Option<Timestamp>) -> Option<i64> {
     t.map(|t| t.millis())
 }
@@ -693,6 +820,9 @@ impl ProjectionStore for SqliteStore {
             for row in &write.rows {
                 write_row(&tx, row)?;
             }
+            for tick in &write.ticks {
+                write_tick(&tx, tick)?;
+            }
             let applied = write_catalog_records(&tx, &write.catalog)?;
             for pos in &write.consumed {
                 tx.prepare_cached("INSERT OR REPLACE INTO consumed VALUES (?1, ?2)")?
@@ -817,6 +947,56 @@ impl ReadStore for SqliteStore {
                 .prepare_cached(&sql)?
                 .query_row(params![p.0, p.1, p.2, p.3], |r| r.get(0))?;
             Ok(n as u64)
+        })
+        .await
+    }
+
+    async fn ticks(&self, kind: TickKind, token_id: &str, range: TickRange) -> CResult<Vec<Tick>> {
+        let id = token_id.to_string();
+        self.read("read_ticks", move |conn| {
+            // Row values: the primary key's index is scanned from `from`.
+            let mut stmt = conn.prepare_cached(&format!(
+                "SELECT ts, log_partition, log_offset, {} FROM {}
+                 WHERE token_id = ?1 AND (ts, log_partition, log_offset) >= (?2, ?3, ?4) AND ts < ?5
+                 ORDER BY ts, log_partition, log_offset LIMIT ?6",
+                tick_columns(kind),
+                kind.as_str()
+            ))?;
+            let from = range.from;
+            let mut rows = stmt.query(params![
+                id,
+                from.ts.millis(),
+                from.partition as i64,
+                from.offset as i64,
+                range.end.millis(),
+                range.limit as i64
+            ])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                out.push(tick_from_row(kind, &id, r)?);
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn book_at(
+        &self,
+        token_id: &str,
+        since: Timestamp,
+        at: Timestamp,
+    ) -> CResult<Option<Tick>> {
+        let id = token_id.to_string();
+        self.read("read_book_at", move |conn| {
+            let mut stmt = conn.prepare_cached(
+                "SELECT ts, log_partition, log_offset, bids, asks FROM book_ticks
+                 WHERE token_id = ?1 AND ts >= ?2 AND ts <= ?3
+                 ORDER BY ts DESC, log_partition DESC, log_offset DESC LIMIT 1",
+            )?;
+            let mut rows = stmt.query(params![id, since.millis(), at.millis()])?;
+            rows.next()?
+                .map(|r| tick_from_row(TickKind::Book, &id, r))
+                .transpose()
         })
         .await
     }

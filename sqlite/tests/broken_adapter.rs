@@ -30,6 +30,11 @@ enum Break {
     /// A catalog record applied again is decided again (as a store
     /// without per-partition catalog marks would).
     DecidesAgain,
+    /// Ticks of a write are stored last first: of two trades with one id
+    /// in a write, the later is kept.
+    KeepsTheLastOfAWrite,
+    /// Ticks come back in arrival (log) order, not by time.
+    TicksByArrival,
 }
 
 struct Broken {
@@ -54,6 +59,7 @@ impl ProjectionStore for Broken {
 
     async fn apply(&self, mut write: ProjectionWrite) -> Result<Applied> {
         match self.how {
+            Break::KeepsTheLastOfAWrite => write.ticks.reverse(),
             Break::AddsTokens => {
                 for (_, event) in &mut write.catalog {
                     if let Event::Market(m) = event {
@@ -129,6 +135,21 @@ impl ReadStore for Broken {
     }
     async fn count(&self, table: Table, id: &str, range: Range) -> Result<u64> {
         self.inner.count(table, id, range).await
+    }
+    async fn ticks(&self, kind: TickKind, token_id: &str, range: TickRange) -> Result<Vec<Tick>> {
+        let mut ticks = self.inner.ticks(kind, token_id, range).await?;
+        if self.how == Break::TicksByArrival {
+            ticks.sort_by_key(|t| (t.key.partition, t.key.offset));
+        }
+        Ok(ticks)
+    }
+    async fn book_at(
+        &self,
+        token_id: &str,
+        since: Timestamp,
+        at: Timestamp,
+    ) -> Result<Option<Tick>> {
+        self.inner.book_at(token_id, since, at).await
     }
     async fn token(&self, token_id: &str) -> Result<Option<TokenRef>> {
         self.inner.token(token_id).await
@@ -272,4 +293,14 @@ breaking!(
     taking_without_a_second_count_fails_the_concurrency_check,
     Break::CheckThenTake,
     store::rate_limit_holds_under_concurrent_handles
+);
+breaking!(
+    keeping_the_last_trade_of_a_write_fails_the_trade_id_check,
+    Break::KeepsTheLastOfAWrite,
+    store::trade_ids_count_once_whatever_write_they_come_in
+);
+breaking!(
+    serving_ticks_by_arrival_fails_the_tick_order_check,
+    Break::TicksByArrival,
+    store::ticks_round_trip_in_key_order_and_page
 );

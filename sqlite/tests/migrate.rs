@@ -213,7 +213,7 @@ CREATE TABLE price_buckets (
 INSERT INTO price_buckets VALUES ('t', '1m', 1756684800000, 0.75, 3, 9);
 ";
 
-/// A store of version 3 opens under version 4 with its price history
+/// A store of version 3 opens under version 5 with its price history
 /// intact: averages read as before, and the old bucket reads as one
 /// without a candle (until `rebuild`), which later ticks do not give it.
 #[tokio::test]

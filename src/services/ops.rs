@@ -100,7 +100,7 @@ fn known_series() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
     for status in INGEST_STATUSES {
         out.push(one(tm::INGEST_RESPONSES, "status", status));
     }
-    for kind in ["price", "book", "metrics", "catalog"] {
+    for kind in ["price", "book", "metrics", "trade", "catalog"] {
         out.push(one(tm::PROJECTOR_EVENTS_APPLIED, "kind", kind));
     }
     for reason in RejectKind::CATALOG {

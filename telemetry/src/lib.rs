@@ -136,7 +136,7 @@ pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
     (
         PROJECTOR_EVENTS_APPLIED,
         Unit::Count,
-        "Events folded into buckets, by kind.",
+        "Events applied to the read store (buckets, tick-level tables, catalog), by kind.",
     ),
     (
         PROJECTOR_REPLAYS_SKIPPED,

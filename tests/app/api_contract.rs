@@ -194,7 +194,7 @@ async fn authentication_and_plans() {
     assert_eq!(b["limits"]["max_history_days"], 365);
     assert_eq!(
         b["limits"]["data_points"],
-        serde_json::json!({"metrics": true, "prices": true, "books": true})
+        serde_json::json!({"metrics": true, "prices": true, "books": true, "trades": true})
     );
     assert_eq!(
         b["limits"]["requests_remaining"].to_string(),
@@ -238,7 +238,7 @@ async fn validation_errors_are_422_in_fastapi_shape_and_bad_values_400() {
         first_issue(&b),
         (
             vec!["query".into(), "resolution".into()],
-            "Input should be '1m', '5m', '10m', '15m', '1h', '6h' or '1d'".into(),
+            "Input should be 'tick', '1m', '5m', '10m', '15m', '1h', '6h' or '1d'".into(),
             "enum".into()
         )
     );

@@ -14,7 +14,7 @@ async fn each_bad_line_is_refused_with_its_number_and_reason_and_neighbours_kept
         market_line("v1"),                                                                   // 1 ok
         good(1),                                                                             // 2 ok
         r#"{"kind":"price","market_id":"v1","token_id":"v1-yes","ts":1756684800,"p":0.5"#.into(), // 3 malformed
-        r#"{"kind":"trade","market_id":"v1"}"#.into(),                                       // 4 unknown kind
+        r#"{"kind":"quote","market_id":"v1"}"#.into(),                                       // 4 unknown kind
         price_line("v1", "v1-yes", DAY + 2, 1.5),                                            // 5 p out of range
         r#"{"kind":"price","market_id":"v1","token_id":"v1-yes","ts":1756684800,"p":NaN}"#.into(), // 6 NaN
         r#"{"kind":"price","market_id":"","token_id":"v1-yes","ts":1756684800,"p":0.5}"#.into(),   // 7 empty id
@@ -41,7 +41,7 @@ async fn each_bad_line_is_refused_with_its_number_and_reason_and_neighbours_kept
         .collect();
     let want: [(u64, &str); 8] = [
         (3, "malformed JSON"),
-        (4, "unknown kind `trade`"),
+        (4, "unknown kind `quote`"),
         (5, "field `p`: 1.5 is not a probability in [0, 1]"),
         (6, "malformed JSON"),
         (7, "field `market_id` is empty"),

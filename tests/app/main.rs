@@ -19,3 +19,4 @@ mod listeners;
 mod ops;
 mod pipeline;
 mod rate_limits;
+mod ticks;

@@ -173,12 +173,12 @@ def _():
         assert fields == ["limits.max_history_days", "reset_at"], fields
     raw = httpx.get(API + "/usage", headers={"X-API-Key": KEY}).json()
     assert raw["plan"] == "enterprise" and raw["reset_at"] is None
-    assert raw["limits"]["granularity_allowed"] == "1m" and raw["limits"]["data_points"]["books"] is True
+    assert raw["limits"]["granularity_allowed"] == "tick" and raw["limits"]["data_points"]["books"] is True
     free = httpx.get(API + "/usage", headers={"X-API-Key": FREE})
     u = free.json()
     assert u["plan"] == "free" and u["limits"]["requests_per_minute"] == 60
     assert u["limits"]["max_history_days"] == 30 and u["limits"]["granularity_allowed"] == "1h"
-    assert u["limits"]["data_points"] == {"metrics": True, "prices": True, "books": False}
+    assert u["limits"]["data_points"] == {"metrics": True, "prices": True, "books": False, "trades": False}
     assert int(free.headers["x-ratelimit-remaining"]) == u["limits"]["requests_remaining"]
     assert isinstance(u["reset_at"], int)
 

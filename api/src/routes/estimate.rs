@@ -42,12 +42,13 @@ pub async fn estimate(
         EstimateKind::Books => (DataPoint::Books, Table::Books),
         EstimateKind::Metrics => (DataPoint::Metrics, Table::Metrics),
     };
+    let res = q.bucket()?;
     caller
         .plan
         .check_history(point, q.resolution, q.start, caller.now)?;
     let ids = series(&state, kind, target).await?;
     let range = Range {
-        res: q.resolution,
+        res,
         start: q.start,
         end: q.end,
         limit: 1,

@@ -32,7 +32,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use hindsight_contracts::{self as read, Range};
 use hindsight_schemas::api::ErrorResponse;
-use hindsight_schemas::Timestamp;
+use hindsight_schemas::{Granularity, Timestamp};
 use hindsight_telemetry as tm;
 use std::sync::Arc;
 use std::time::Duration;
@@ -239,7 +239,12 @@ async fn export(
 ) -> Result<Response, ApiError> {
     caller
         .plan
-        .check_history(kind.point(), q.resolution, q.start, caller.now)?;
+        .check_history(
+            kind.point(),
+            Granularity::Bucket(q.resolution),
+            q.start,
+            caller.now,
+        )?;
     let (series, name) = series(&state, &q, kind).await?;
     let slot = state.exports.take()?;
     let encoder = Encoder::new(q.format, kind.columns())

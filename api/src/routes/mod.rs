@@ -76,6 +76,7 @@ pub async fn usage(State(state): State<ApiState>, caller: Caller) -> Result<Resp
                 metrics: plan.metrics,
                 prices: plan.prices,
                 books: plan.books,
+                trades: plan.trades,
             },
         },
         reset_at: rate.map(|r| r.reset_at),

@@ -96,6 +96,7 @@ fn stream(e: &Event) -> (String, &'static str) {
         Event::Price(_) => "price",
         Event::Book(_) => "book",
         Event::Metrics(_) => "metrics",
+        Event::Trade(_) => "trade",
         Event::Series(_) | Event::Event(_) | Event::Market(_) => "catalog",
     };
     (e.key().to_string(), family)

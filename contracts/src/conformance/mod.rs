@@ -28,6 +28,7 @@
 pub mod idempotency;
 pub mod log;
 pub mod store;
+pub mod ticks;
 
 use crate::{ConsumerSource, Error, EventLog, IdempotencyStore, ProjectionStore};
 use std::any::Any;
@@ -114,6 +115,9 @@ macro_rules! store_conformance {
             ranges_ordering_and_paging: Shared,
             sparse_ranges_over_decades_cost_what_their_rows_cost: Shared,
             large_writes_round_trip: Shared,
+            ticks_round_trip_in_key_order_and_page: Shared,
+            trade_ids_count_once_whatever_write_they_come_in: Shared,
+            book_at_is_the_latest_snapshot_at_or_before: Shared,
             rows_are_whole_and_last_applied_wins: Shared,
             committed_positions_per_partition: Shared,
             positions_never_advance_past_unwritten_rows: Shared,
@@ -124,7 +128,7 @@ macro_rules! store_conformance {
             catalog_slug_change_moves_the_lookup: Shared,
             catalog_series_and_events_are_stored_and_listed: Shared,
             catalog_changes_after_a_cursor: Shared,
-            reset_drops_rows_catalog_and_positions: Exclusive,
+            reset_drops_rows_ticks_catalog_and_positions: Exclusive,
             keys_found_by_hash_and_revocation_sticks: Shared,
             rate_limit_decisions_are_the_sliding_window: Shared,
             rate_limit_holds_under_concurrent_handles: Shared,

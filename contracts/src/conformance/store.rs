@@ -5,6 +5,10 @@
 //! at once on one database; it reads through the other handle what it wrote
 //! through one, as an API replica reads what a projector wrote.
 
+pub use super::ticks::{
+    book_at_is_the_latest_snapshot_at_or_before, ticks_round_trip_in_key_order_and_page,
+    trade_ids_count_once_whatever_write_they_come_in,
+};
 use super::{ensure, store_err, Backend, Check, T0};
 use crate::auth::*;
 use crate::store::*;
@@ -657,6 +661,7 @@ pub async fn positions_never_advance_past_unwritten_rows(
     let first = price_row(&tok, Resolution::H1, T0, 1.0, 1, 10);
     a.apply(ProjectionWrite {
         rows: vec![first.clone()],
+        ticks: vec![],
         catalog: vec![],
         consumed: vec![pos(p, 10)],
     })
@@ -675,6 +680,7 @@ pub async fn positions_never_advance_past_unwritten_rows(
     let failed = a
         .apply(ProjectionWrite {
             rows: vec![price_row(&tok, Resolution::H1, T0 + 3_600_000, 2.0, 1, 20)],
+            ticks: vec![],
             catalog: vec![(pos(p, 19), not_catalog)],
             consumed: vec![pos(p, 20)],
         })
@@ -1344,7 +1350,7 @@ pub async fn catalog_changes_after_a_cursor(
 /// `reset` drops every bucket row, catalog record (with its slug and token
 /// lookups) and consumed position; keys survive, and a change-feed cursor
 /// taken before still sees what is written after.
-pub async fn reset_drops_rows_catalog_and_positions(
+pub async fn reset_drops_rows_ticks_catalog_and_positions(
     a: &dyn Backend,
     b: &dyn Backend,
     prefix: &str,
@@ -1357,6 +1363,7 @@ pub async fn reset_drops_rows_catalog_and_positions(
     let e = event(&format!("{prefix}-e"), None, "e", T0);
     a.apply(ProjectionWrite {
         rows: vec![row.clone()],
+        ticks: vec![],
         catalog: vec![
             (pos(p, 1), Event::Series(s)),
             (pos(p, 2), Event::Event(e)),
@@ -1411,7 +1418,8 @@ pub async fn reset_drops_rows_catalog_and_positions(
     let (since, _) = b.catalog_changes(Some(&cursor)).await.map_err(store_err)?;
     ensure(since.contains(&Event::Market(again)), || {
         format!("a record written after reset is missing from changes since an earlier cursor: {since:?}")
-    })
+    })?;
+    super::ticks::ticks_and_trade_ids_do_not_survive_reset(a, b, prefix).await
 }
 
 fn key_record(prefix: &str, seed: [u8; 32]) -> ApiKeyRecord {
