@@ -553,13 +553,13 @@ impl<S: Send + Sync> FromRequestParts<S> for BookAtQuery {
 /// The schema side of `start_ts`, `end_ts` and `resolution`, which every
 /// history-shaped query takes: each is required, the resolution one of the
 /// words. Issues go to `errors` with the query's other 422s.
-fn span_params(q: &QueryPairs, errors: &mut Vec<ValidationIssue>) -> Resolution {
+fn span_params(q: &QueryPairs, errors: &mut Vec<ValidationIssue>) -> Granularity {
     for name in ["start_ts", "end_ts", "resolution"] {
         if q.get(name).is_none() {
             errors.push(issue("query", name, "Field required", "missing"));
         }
     }
-    enum_param(q, "resolution", Resolution::M1, errors)
+    enum_param(q, "resolution", Granularity::Bucket(Resolution::M1), errors)
 }
 
 /// `start_ts` and `end_ts` once the schema passed: each must parse, in
@@ -602,7 +602,7 @@ pub struct ExportQuery {
     #[param(rename = "end_ts", value_type = String)]
     pub end: Timestamp,
     #[param(inline)]
-    pub resolution: Resolution,
+    pub resolution: Granularity,
     /// `csv` (default) or `parquet`.
     #[param(value_type = Option<String>, schema_with = enum_schema::<Format>)]
     pub format: Format,

@@ -239,19 +239,23 @@ async fn export(
 ) -> Result<Response, ApiError> {
     caller
         .plan
-        .check_history(
-            kind.point(),
-            Granularity::Bucket(q.resolution),
-            q.start,
-            caller.now,
-        )?;
+        .check_history(kind.point(), q.resolution, q.start, caller.now)?;
+    let Granularity::Bucket(res) = q.resolution else {
+        return Err(ApiError::Validation(vec![crate::error::issue(
+            "query",
+            "resolution",
+            "Exports are of buckets; tick-level data is paged by \
+             /v1/tokens/{token_id}/prices, /books and /trades with resolution=tick",
+            "enum",
+        )]));
+    };
     let (series, name) = series(&state, &q, kind).await?;
     let slot = state.exports.take()?;
     let encoder = Encoder::new(q.format, kind.columns())
         .map_err(|e| ApiError::invariant(e.to_string()))?;
     let (tx, rx) = mpsc::channel(PIECES_IN_FLIGHT);
     let range = Range {
-        res: q.resolution,
+        res,
         start: q.start,
         end: q.end,
         limit: CHUNK,
@@ -271,7 +275,7 @@ async fn export(
         "attachment; filename=\"{}-{}-{}.{}\"",
         kind.as_str(),
         name,
-        q.resolution.as_str(),
+        res.as_str(),
         q.format.as_str()
     );
     let mut response = (StatusCode::OK, body).into_response();
