@@ -18,7 +18,10 @@
 /// Version 5: `series_periods`, the time partitions holding rows of each
 /// series, so a range read skips empty ones; migrating a version 4
 /// keyspace fills it from the bucket tables ([`INDEXED_SINCE`]).
-pub const SCHEMA_VERSION: i32 = 5;
+/// Version 8: the dashboard's accounts (`organizations`, `users`,
+/// `users_by_org`, `sign_in_tokens`, `sessions`, `org_keys`, `key_usage`,
+/// `key_last_used`), created empty.
+pub const SCHEMA_VERSION: i32 = 8;
 
 /// The first version whose keyspaces keep `series_periods` up to date.
 pub const INDEXED_SINCE: i32 = 5;

@@ -10,6 +10,9 @@
 //!   is enough here: a power loss can only roll back whole transactions, and
 //!   the projector then re-reads those events from the log.
 //! - `limits.db`: the rate-limit log of the API processes (`limits`).
+//! - `accounts.db`: the dashboard's organizations, users, sign-in tokens,
+//!   sessions, organizations' keys and per-key usage counts (`accounts`).
+//!   `synchronous=FULL`: a password set or a key's name must not roll back.
 //! - `idempotency.db`: claims of idempotency keys ([`IdempotencyFile`]) for
 //!   an ingest process whose log is Kafka and that has no CQL store.
 //!
@@ -18,6 +21,7 @@
 //! `projector`, `api`) can share a data directory; SQLite's locking keeps
 //! them consistent.
 
+mod accounts;
 mod db;
 mod idempotency;
 mod limits;

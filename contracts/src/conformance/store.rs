@@ -1,10 +1,12 @@
-//! Store checks: [`ProjectionStore`], [`ReadStore`] and [`AuthStore`].
+//! Store checks: [`ProjectionStore`], [`ReadStore`] and [`AuthStore`]; and
+//! [`crate::AccountStore`]'s, from [`super::accounts`].
 //!
 //! Each check takes two handles on one backend and writes only ids under its
 //! prefix (and log partitions derived from it), so that shared checks can run
 //! at once on one database; it reads through the other handle what it wrote
 //! through one, as an API replica reads what a projector wrote.
 
+pub use super::accounts::*;
 use super::{ensure, store_err, Backend, Check, T0};
 use crate::auth::*;
 use crate::store::*;
@@ -1434,7 +1436,7 @@ pub async fn rate_limit_holds_under_concurrent_handles(
 }
 
 /// Polls every future to completion, concurrently (on the calling task).
-async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+pub(crate) async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
     let mut pending: Vec<_> = futures.into_iter().map(Box::pin).collect();
     let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
