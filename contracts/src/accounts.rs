@@ -57,6 +57,9 @@ pub struct OrgKey {
     pub organization: String,
     pub key_id: String,
     pub name: String,
+    /// The key's first characters (`hsk_` and 8 more), to recognise it by:
+    /// 32 bits of a 256-bit secret.
+    pub prefix: String,
     /// The key's hash, to read its [`crate::ApiKeyRecord`].
     pub hash: [u8; 32],
     pub created_at: Timestamp,

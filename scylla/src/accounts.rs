@@ -97,12 +97,12 @@ pub fn statements(ks: &str) -> Vec<Stmt> {
         ),
         stmt(
             "upsert_org_key",
-            format!("INSERT INTO {ks}.org_keys (organization, key_id, name, hash, created_at) VALUES (?, ?, ?, ?, ?)"),
-            &["text", "text", "text", "blob", "timestamp"],
+            format!("INSERT INTO {ks}.org_keys (organization, key_id, name, prefix, hash, created_at) VALUES (?, ?, ?, ?, ?, ?)"),
+            &["text", "text", "text", "text", "blob", "timestamp"],
         ),
         stmt(
             "select_org_keys",
-            format!("SELECT organization, key_id, name, hash, created_at FROM {ks}.org_keys WHERE organization = ?"),
+            format!("SELECT organization, key_id, name, prefix, hash, created_at FROM {ks}.org_keys WHERE organization = ?"),
             &["text"],
         ),
         stmt(
@@ -141,7 +141,7 @@ fn hash32(bytes: Vec<u8>) -> Result<[u8; 32]> {
 }
 
 type UserRow = (String, String, String, Option<String>, CqlTimestamp);
-type OrgKeyRow = (String, String, String, Vec<u8>, CqlTimestamp);
+type OrgKeyRow = (String, String, String, String, Vec<u8>, CqlTimestamp);
 
 impl ScyllaStore {
     async fn rows<R>(
@@ -327,6 +327,7 @@ impl AccountStore for ScyllaStore {
                 key.organization.as_str(),
                 key.key_id.as_str(),
                 key.name.as_str(),
+                key.prefix.as_str(),
                 key.hash.to_vec(),
                 ts(key.created_at.0),
             ),
@@ -341,11 +342,12 @@ impl AccountStore for ScyllaStore {
             .await?;
         let mut out = rows
             .into_iter()
-            .map(|(organization, key_id, name, hash, created)| {
+            .map(|(organization, key_id, name, prefix, hash, created)| {
                 Ok(OrgKey {
                     organization,
                     key_id,
                     name,
+                    prefix,
                     hash: hash32(hash)?,
                     created_at: Timestamp(created.0),
                 })

@@ -37,13 +37,15 @@ CREATE TABLE IF NOT EXISTS sessions (
     expires_at INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS org_keys (
     organization TEXT NOT NULL, key_id TEXT NOT NULL, name TEXT NOT NULL,
-    hash BLOB NOT NULL, created_at INTEGER NOT NULL,
+    prefix TEXT NOT NULL, hash BLOB NOT NULL, created_at INTEGER NOT NULL,
     PRIMARY KEY (organization, key_id));
 CREATE TABLE IF NOT EXISTS key_usage (
     key_id TEXT NOT NULL, hour INTEGER NOT NULL, class TEXT NOT NULL,
     count INTEGER NOT NULL, PRIMARY KEY (key_id, hour, class));
 CREATE TABLE IF NOT EXISTS key_last_used (key_id TEXT PRIMARY KEY, at INTEGER NOT NULL);
 ";
+
+type OrgKeyRow = (String, String, String, String, Vec<u8>, i64);
 
 pub(crate) struct Accounts {
     conn: Arc<Mutex<Connection>>,
@@ -57,7 +59,7 @@ fn hash32(what: &str, bytes: Vec<u8>) -> Result<[u8; 32]> {
 
 impl Accounts {
     pub(crate) fn open(dir: &Path) -> Result<Self> {
-        let conn = open(&dir.join(ACCOUNTS_FILE), Durability::Full)?;
+        let conn = open(&dir.join(ACCOUNTS_FILE), Durability::Normal)?;
         conn.execute_batch(SCHEMA)?;
         Ok(Accounts {
             conn: Arc::new(Mutex::new(conn)),
@@ -262,11 +264,12 @@ impl AccountStore for SqliteStore {
         self.accounts
             .run(move |c| {
                 c.execute(
-                    "INSERT OR REPLACE INTO org_keys VALUES (?1, ?2, ?3, ?4, ?5)",
+                    "INSERT OR REPLACE INTO org_keys VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                     params![
                         key.organization,
                         key.key_id,
                         key.name,
+                        key.prefix,
                         key.hash.to_vec(),
                         key.created_at.millis()
                     ],
@@ -281,7 +284,7 @@ impl AccountStore for SqliteStore {
         self.accounts
             .run(move |c| {
                 let mut stmt = c.prepare_cached(
-                    "SELECT organization, key_id, name, hash, created_at FROM org_keys \
+                    "SELECT organization, key_id, name, prefix, hash, created_at FROM org_keys \
                      WHERE organization = ?1 ORDER BY created_at, key_id",
                 )?;
                 let rows = stmt
@@ -290,18 +293,20 @@ impl AccountStore for SqliteStore {
                             r.get(0)?,
                             r.get(1)?,
                             r.get(2)?,
-                            r.get::<_, Vec<u8>>(3)?,
-                            r.get(4)?,
+                            r.get(3)?,
+                            r.get::<_, Vec<u8>>(4)?,
+                            r.get(5)?,
                         ))
                     })?
-                    .collect::<rusqlite::Result<Vec<(String, String, String, Vec<u8>, i64)>>>()?;
+                    .collect::<rusqlite::Result<Vec<OrgKeyRow>>>()?;
                 rows.into_iter()
-                    .map(|(organization, key_id, name, hash, created)| {
+                    .map(|(organization, key_id, name, prefix, hash, created)| {
                         Ok(OrgKey {
                             hash: hash32(&key_id, hash)?,
                             organization,
                             key_id,
                             name,
+                            prefix,
                             created_at: Timestamp(created),
                         })
                     })

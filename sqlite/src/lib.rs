@@ -12,7 +12,8 @@
 //! - `limits.db`: the rate-limit log of the API processes (`limits`).
 //! - `accounts.db`: the dashboard's organizations, users, sign-in tokens,
 //!   sessions, organizations' keys and per-key usage counts (`accounts`).
-//!   `synchronous=FULL`: a password set or a key's name must not roll back.
+//!   `synchronous=NORMAL`, as `limits.db`: every API request counts here;
+//!   a power loss may roll back the last transactions, never corrupt.
 //! - `idempotency.db`: claims of idempotency keys ([`IdempotencyFile`]) for
 //!   an ingest process whose log is Kafka and that has no CQL store.
 //!

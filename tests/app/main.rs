@@ -9,6 +9,7 @@ mod api_contract;
 mod caching;
 mod cli;
 mod cursors;
+mod dashboard;
 mod faults;
 mod helpers;
 mod ingest_validation;

@@ -72,6 +72,7 @@ pub async fn accounts_round_trip_and_replace(
         organization: org.name.clone(),
         key_id: format!("key_{prefix}_{n}"),
         name: format!("key <{n}> & \"quoted\""),
+        prefix: format!("hsk_{n:08}"),
         hash: hash_of(prefix, n),
         created_at: Timestamp(at),
     };
