@@ -10,6 +10,7 @@ mod caching;
 mod cli;
 mod cursors;
 mod dashboard;
+mod dashboard_browser;
 mod faults;
 mod helpers;
 mod ingest_validation;
