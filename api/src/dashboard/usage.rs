@@ -119,7 +119,7 @@ pub async fn page(
         }
     }
     body.push_str(
-        r#"<p class="legend"><span class="muted">Requests per day, last 30 days:</span> <span>■ 2xx</span> <span>■ 4xx</span> <span>■ 429</span></p>"#,
+        r#"<p class="legend"><span class="muted">Requests per day, last 30 days:</span> <span class="l2xx">■ 2xx</span> <span class="l4xx">■ 4xx</span> <span class="l429">■ 429</span></p>"#,
     );
     body.push_str(&chart("usage-total", "All keys", &per_day(&all, now)));
     body.push_str("</section>");
