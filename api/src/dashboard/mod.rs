@@ -314,6 +314,17 @@ pub async fn require(state: &ApiState, headers: &HeaderMap) -> Result<Result<Sig
         .ok_or_else(|| Redirect::to("/dashboard/sign-in").into_response()))
 }
 
+/// The user behind a state-changing form: its CSRF token checked first,
+/// then the session (or a redirect to the sign-in page).
+async fn signed_in_form(
+    state: &ApiState,
+    headers: &HeaderMap,
+    csrf: &str,
+) -> Result<Result<SignedIn, Response>> {
+    check_csrf(headers, csrf)?;
+    require(state, headers).await
+}
+
 // ---- sign-in, sign-in links, sign-out ------------------------------------------
 
 /// The sign-in form (also to a signed-in browser: signing in as someone
@@ -554,8 +565,7 @@ async fn create_key(
     headers: HeaderMap,
     Form(form): Form<KeyForm>,
 ) -> Result<Response> {
-    check_csrf(&headers, &form.csrf)?;
-    let me = match require(&state, &headers).await? {
+    let me = match signed_in_form(&state, &headers, &form.csrf).await? {
         Ok(me) => me,
         Err(redirect) => return Ok(redirect),
     };
@@ -601,8 +611,7 @@ async fn revoke_key(
     headers: HeaderMap,
     Form(form): Form<CsrfForm>,
 ) -> Result<Response> {
-    check_csrf(&headers, &form.csrf)?;
-    let me = match require(&state, &headers).await? {
+    let me = match signed_in_form(&state, &headers, &form.csrf).await? {
         Ok(me) => me,
         Err(redirect) => return Ok(redirect),
     };
@@ -618,8 +627,7 @@ async fn rotate_key(
     headers: HeaderMap,
     Form(form): Form<CsrfForm>,
 ) -> Result<Response> {
-    check_csrf(&headers, &form.csrf)?;
-    let me = match require(&state, &headers).await? {
+    let me = match signed_in_form(&state, &headers, &form.csrf).await? {
         Ok(me) => me,
         Err(redirect) => return Ok(redirect),
     };
