@@ -281,6 +281,12 @@ impl PublicUrlArgs {
     pub fn dashboard(&self, listen: SocketAddr) -> hindsight_api::dashboard::DashboardConfig {
         hindsight_api::dashboard::DashboardConfig {
             secure_cookies: self.url(listen).starts_with("https://"),
+            // Unset: the request's own address (a listen address may be
+            // 0.0.0.0 or port 0).
+            public_url: self
+                .public_url
+                .as_deref()
+                .map(|u| u.trim_end_matches('/').to_string()),
         }
     }
 }

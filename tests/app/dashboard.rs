@@ -566,3 +566,60 @@ async fn status_of(app: &TestApp, path: &str, key: &str) -> u16 {
 fn app_dir(name: &str) -> std::path::PathBuf {
     std::env::temp_dir().join(format!("hindsight-test-{name}-{}", std::process::id()))
 }
+
+#[tokio::test]
+async fn an_owner_invites_a_member_who_signs_in_with_the_link_and_shares_the_keys() {
+    let app = spawn_app("dash-members").await;
+    let mut owner = signed_in(&app, "team", "pro").await;
+    let page = owner.get("/dashboard").await;
+    assert!(page.body.contains("Invite a member"));
+    let csrf = page.csrf();
+    let page = owner
+        .post("/dashboard/keys", &[("csrf", &csrf), ("name", "shared")])
+        .await;
+    let key_id = between(&page.body, r#"<tr data-key-id=""#, "\"").unwrap();
+    let page = owner
+        .post(
+            "/dashboard/members",
+            &[("csrf", &csrf), ("email", "Member@Team.example")],
+        )
+        .await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let link = between(&page.body, r#"<code class="secret" id="invite-link">"#, "<").unwrap();
+    assert!(
+        link.starts_with(&format!("{}/dashboard/link/", app.api)),
+        "{link}"
+    );
+    assert!(page.body.contains("member@team.example"));
+
+    let mut member = Browser::new(&app.api);
+    assert_eq!(member.set_password(&link, PASSWORD).await.status, 303);
+    let page = member.get("/dashboard").await;
+    assert!(page.body.contains(&format!(r#"data-key-id="{key_id}""#)));
+    assert!(
+        !page.body.contains("Invite a member"),
+        "a member sees the invite form"
+    );
+    let their = page.csrf();
+    let page = member
+        .post(
+            "/dashboard/members",
+            &[("csrf", &their), ("email", "x@team.example")],
+        )
+        .await;
+    assert_eq!(page.status, 403);
+    // A user of another organization cannot be invited.
+    signed_in(&app, "elsewhere", "free").await;
+    let page = owner
+        .post(
+            "/dashboard/members",
+            &[("csrf", &csrf), ("email", "owner@elsewhere.example")],
+        )
+        .await;
+    assert!(
+        page.body.contains("already has an account"),
+        "{}",
+        page.body
+    );
+    assert!(!page.body.contains(r#"id="invite-link""#));
+}

@@ -134,7 +134,36 @@ pub struct NewSecret<'a> {
     pub secret: &'a str,
 }
 
-pub fn keys(nav: &Nav, plan: &str, rows: &[KeyRow], shown: Option<NewSecret>) -> String {
+/// What the last invitation did: the link made, or why none was.
+pub type Invited<'a> = Option<Result<(&'a str, &'a str), &'a str>>;
+
+/// The owners' form inviting a member, with the last invitation's outcome.
+pub fn members(csrf: &str, invited: Invited) -> String {
+    let outcome = match invited {
+        None => String::new(),
+        Some(Ok((email, link))) => format!(
+            r#"<div class="notice" aria-live="polite"><p>Send this one-time sign-in link to {} (it works once, for 24 hours):</p>
+<code class="secret" id="invite-link">{}</code><button type="button" data-copy="invite-link">Copy link</button></div>"#,
+            esc(email),
+            esc(link)
+        ),
+        Some(Err(why)) => format!(r#"<p class="error" role="alert">{}</p>"#, esc(why)),
+    };
+    format!(
+        r#"<section class="card"><h2>Invite a member</h2>{outcome}
+<form class="row" method="post" action="/dashboard/members">{}<div class="grow"><label for="member-email">Email of the new member</label>
+<input id="member-email" name="email" type="email" required></div><div><button type="submit">Invite</button></div></form></section>"#,
+        csrf_field(csrf)
+    )
+}
+
+pub fn keys(
+    nav: &Nav,
+    plan: &str,
+    rows: &[KeyRow],
+    shown: Option<NewSecret>,
+    members: Option<String>,
+) -> String {
     let mut body = String::new();
     if let Some(new) = shown {
         let _ = write!(
@@ -195,5 +224,6 @@ pub fn keys(nav: &Nav, plan: &str, rows: &[KeyRow], shown: Option<NewSecret>) ->
         );
     }
     body.push_str("</tbody></table></section>");
+    body.push_str(&members.unwrap_or_default());
     page("API keys", Some(nav), &body)
 }

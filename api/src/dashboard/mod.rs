@@ -58,6 +58,9 @@ pub struct DashboardConfig {
     /// Set `Secure` on cookies whatever the request says (the public
     /// address is `https`).
     pub secure_cookies: bool,
+    /// The public base URL, for the sign-in links owners hand out (`None`:
+    /// the request's own scheme and `Host`).
+    pub public_url: Option<String>,
 }
 
 /// Everything the dashboard answers besides its pages.
@@ -71,6 +74,8 @@ pub enum DashError {
     BadLink,
     #[error("{0}")]
     NotFound(String),
+    #[error("only an owner of the organization may invite members")]
+    NotOwner,
     #[error(transparent)]
     Store(#[from] hindsight_contracts::Error),
 }
@@ -82,6 +87,7 @@ impl IntoResponse for DashError {
             DashError::Throttled(_) => (StatusCode::TOO_MANY_REQUESTS, "Too many attempts"),
             DashError::BadLink => (StatusCode::GONE, "Link expired"),
             DashError::NotFound(_) => (StatusCode::NOT_FOUND, "Not found"),
+            DashError::NotOwner => (StatusCode::FORBIDDEN, "Forbidden"),
             DashError::Store(e) => {
                 tracing::error!(error = %e, "dashboard request failed");
                 (StatusCode::INTERNAL_SERVER_ERROR, "Something went wrong")
@@ -116,6 +122,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/dashboard/link/{token}", get(link_page))
         .route("/dashboard/link", post(set_password))
         .route("/dashboard/keys", post(create_key))
+        .route("/dashboard/members", post(invite_member))
         .route("/dashboard/keys/{key_id}/revoke", post(revoke_key))
         .route("/dashboard/keys/{key_id}/rotate", post(rotate_key))
         .route("/dashboard/usage", get(usage::page))
@@ -503,6 +510,7 @@ async fn render_keys(
     state: &ApiState,
     me: &SignedIn,
     shown: Option<html::NewSecret<'_>>,
+    invited: html::Invited<'_>,
 ) -> Result<Response> {
     let now = state.clock.now();
     let since = Timestamp(accounts_hour(now).0 - 23 * HOUR_MS);
@@ -519,7 +527,14 @@ async fn render_keys(
             revoked_at: record.revoked_at,
         });
     }
-    Ok(html_page(html::keys(&me.nav(), &me.org.plan, &rows, shown)))
+    let members = (me.user.role == "owner").then(|| html::members(&me.csrf, invited));
+    Ok(html_page(html::keys(
+        &me.nav(),
+        &me.org.plan,
+        &rows,
+        shown,
+        members,
+    )))
 }
 
 fn accounts_hour(t: Timestamp) -> Timestamp {
@@ -528,7 +543,7 @@ fn accounts_hour(t: Timestamp) -> Timestamp {
 
 async fn keys_page(State(state): State<ApiState>, headers: HeaderMap) -> Result<Response> {
     match require(&state, &headers).await? {
-        Ok(me) => render_keys(&state, &me, None).await,
+        Ok(me) => render_keys(&state, &me, None, None).await,
         Err(redirect) => Ok(redirect),
     }
 }
@@ -583,6 +598,7 @@ async fn create_key(
             name: &name,
             secret: &secret,
         }),
+        None,
     )
     .await
 }
@@ -644,6 +660,68 @@ async fn rotate_key(
             name: &name,
             secret: &secret,
         }),
+        None,
     )
     .await
+}
+
+// ---- members -------------------------------------------------------------------
+
+#[derive(Deserialize)]
+struct MemberForm {
+    #[serde(default)]
+    csrf: String,
+    email: String,
+}
+
+/// An owner invites a member: a new user of the organization and a
+/// one-time sign-in link to hand them, shown once on the page.
+async fn invite_member(
+    State(state): State<ApiState>,
+    headers: HeaderMap,
+    Form(form): Form<MemberForm>,
+) -> Result<Response> {
+    let me = match signed_in_form(&state, &headers, &form.csrf).await? {
+        Ok(me) => me,
+        Err(redirect) => return Ok(redirect),
+    };
+    if me.user.role != "owner" {
+        return Err(DashError::NotOwner);
+    }
+    let now = state.clock.now();
+    let made = accounts::invite(
+        state.accounts.as_ref(),
+        &me.org.name,
+        &form.email,
+        "member",
+        now,
+    )
+    .await;
+    match made {
+        Ok(token) => {
+            let email = accounts::normalize_email(&form.email).unwrap_or_default();
+            let link = accounts::sign_in_link(&public_url(&state, &headers), &token);
+            render_keys(&state, &me, None, Some(Ok((&email, &link)))).await
+        }
+        Err(accounts::AccountError::Store(e)) => Err(e.into()),
+        Err(refused) => render_keys(&state, &me, None, Some(Err(&refused.to_string()))).await,
+    }
+}
+
+/// Where browsers reach this service: the configured public address, else
+/// the scheme and `Host` of this request.
+fn public_url(state: &ApiState, headers: &HeaderMap) -> String {
+    if let Some(url) = &state.dashboard.public_url {
+        return url.clone();
+    }
+    let scheme = if secure(state, headers) {
+        "https"
+    } else {
+        "http"
+    };
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("localhost");
+    format!("{scheme}://{host}")
 }
