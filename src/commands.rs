@@ -102,6 +102,8 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let service = services::dev::build(&cfg, &backends, listeners)
         .await?
         .with_http_limits(args.http.limits());
+    let public = args.public.url(service.local_addr());
+    let link = demo_sign_in_link(backends.store()?.as_ref(), &public, &args.demo_plan).await?;
     print_welcome(
         service.local_addr(),
         service.ops_addr(),
@@ -110,16 +112,8 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         &ingest_token,
         cfg.demo.as_ref(),
     );
-    let link = demo_sign_in_link(
-        backends.store()?.as_ref(),
-        &args.public.url(service.local_addr()),
-        &args.demo_plan,
-    )
-    .await?;
-    println!(
-        "  Dashboard {}/dashboard   demo sign-in link (works once): {link}",
-        args.public.url(service.local_addr())
-    );
+    println!("  Dashboard {public}/dashboard   demo sign-in link (works once): {link}");
+    println!("Stop with Ctrl-C.");
     service.run_until_stopped(shutdown::signal()).await?;
     backends.close().await;
     Ok(())
@@ -171,7 +165,6 @@ fn print_welcome(
             now + 60
         );
     }
-    println!("Stop with Ctrl-C.");
 }
 
 async fn ingest(args: IngestArgs) -> anyhow::Result<()> {

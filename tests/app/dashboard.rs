@@ -623,3 +623,51 @@ async fn an_owner_invites_a_member_who_signs_in_with_the_link_and_shares_the_key
     );
     assert!(!page.body.contains(r#"id="invite-link""#));
 }
+
+/// `hindsight dev` prints the dashboard's address and a demo sign-in link
+/// that signs in to the `demo` organization.
+#[tokio::test]
+async fn dev_prints_the_dashboard_and_a_demo_sign_in_link_that_works() {
+    use std::io::{BufRead, BufReader};
+    let dir = temp_dir("dash-dev");
+    let mut child = hindsight()
+        .args(["dev", "--no-demo", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&dir)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let text = tokio::task::spawn_blocking(move || {
+        let mut text = String::new();
+        for line in BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            text += &line;
+            text += "\n";
+            if line.starts_with("Stop with Ctrl-C") {
+                break;
+            }
+        }
+        text
+    })
+    .await
+    .unwrap();
+    let line = text
+        .lines()
+        .find(|l| l.trim_start().starts_with("Dashboard"))
+        .unwrap_or_else(|| panic!("no Dashboard line in {text}"));
+    let link = line.split_whitespace().last().unwrap().to_string();
+    let base = link.split("/dashboard/link/").next().unwrap().to_string();
+    assert!(line.contains(&format!("{base}/dashboard ")), "{line}");
+    let mut browser = Browser::new(&base);
+    let page = browser.set_password(&link, PASSWORD).await;
+    let signed_in = browser.get("/dashboard").await;
+    let _ = child.kill();
+    let _ = child.wait();
+    assert_eq!(page.status, 303, "{}", page.body);
+    assert!(
+        signed_in.body.contains("demo@hindsight.local"),
+        "{}",
+        signed_in.body
+    );
+}
