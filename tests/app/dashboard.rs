@@ -200,6 +200,17 @@ async fn a_browser_at_the_root_is_sent_to_the_dashboard_and_a_client_gets_the_ap
     let (status, body) = get(&app, "/").await;
     assert_eq!(status, 404);
     assert_eq!(body["detail"], "Not Found");
+    // Behind a TLS proxy the cookie is Secure; over plain http it is not.
+    for (proto, secure) in [("https", true), ("http", false)] {
+        let answer = client()
+            .get(app.api_url("/dashboard/sign-in"))
+            .header("x-forwarded-proto", proto)
+            .send()
+            .await
+            .unwrap();
+        let set = answer.headers()[SET_COOKIE].to_str().unwrap().to_string();
+        assert_eq!(set.contains("; Secure"), secure, "{proto}: {set}");
+    }
 }
 
 #[tokio::test]
