@@ -7,6 +7,7 @@
 #   Apache Kafka and Apache Cassandra jars from Maven Central once);
 # - python3-venv, for the official Python client check and schemathesis;
 # - Debian's wrk, for the load test (scripts/load-attack.sh);
+# - Debian's chromium and chromium-driver, for the dashboard's browser test;
 # - cargo-fuzz from crates.io into ~/.cargo/bin (once: an installed one of
 #   the pinned version is kept), for the fuzz targets (scripts/fuzz.sh);
 # - for the benchmarks: Debian's nginx (the static-file anchor of
@@ -24,6 +25,10 @@ command -v mvn >/dev/null || missing+=(maven)
 python3 -c 'import venv, ensurepip' 2>/dev/null || missing+=(python3-venv)
 command -v wrk >/dev/null || missing+=(wrk)
 [ -x /usr/sbin/nginx ] || missing+=(nginx)
+# The dashboard's browser test (tests/app/dashboard_browser.rs): Debian's
+# Chromium and its chromedriver, never a browser a tool downloads itself.
+[ -x /usr/bin/chromium ] || missing+=(chromium)
+command -v chromedriver >/dev/null || missing+=(chromium-driver)
 if [ ${#missing[@]} -gt 0 ]; then
   echo "== installing ${missing[*]} (Debian packages)"
   sudo=""

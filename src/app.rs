@@ -47,6 +47,7 @@ impl Embedded {
             // A secret of this router's own: nothing else continues its cursors.
             cursors: CursorKeys::new(&[hindsight_api::keys::random_hex(32)])
                 .map_err(anyhow::Error::msg)?,
+            dashboard: Default::default(),
         };
         crate::services::api::router(&cfg, self.store.clone()).await
     }

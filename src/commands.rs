@@ -10,6 +10,7 @@ use crate::services::ingest::IngestConfig;
 use crate::services::{self, bind, Listeners};
 use crate::shutdown;
 use anyhow::{anyhow, bail, Context};
+use hindsight_api::dashboard::{accounts as dashboard_accounts, DashboardConfig};
 use hindsight_api::{keys, plans::Plans};
 use hindsight_ingest::backfill::{backfill_file, Progress, Target};
 use hindsight_ingest::catalog::{BatchClaims, CatalogView};
@@ -31,6 +32,7 @@ pub async fn run(command: Command) -> anyhow::Result<()> {
         Command::Backfill(args) => backfill(args).await,
         Command::Rebuild(args) => rebuild(args).await,
         Command::Keys(args) => keys(args).await,
+        Command::Accounts(args) => accounts(args).await,
         Command::Feed(args) => feed(args).await,
         Command::Kafka(args) => kafka(args).await,
         Command::Scylla(args) => scylla(args).await,
@@ -49,11 +51,13 @@ fn api_config(
     plans: &PlanArgs,
     cursor: &CursorArgs,
     backends: &BackendConfig,
+    dashboard: DashboardConfig,
 ) -> anyhow::Result<ApiConfig> {
     Ok(ApiConfig {
         plans: Arc::new(load_plans(plans)?),
         clock: Arc::new(SystemClock),
         cursors: services::api::cursor_keys(&cursor.cursor_secret, backends)?,
+        dashboard,
     })
 }
 
@@ -67,7 +71,12 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         .demo_api_key
         .clone()
         .unwrap_or_else(|| format!("{}{}", keys::KEY_PREFIX, keys::random_hex(32)));
-    let api = api_config(&args.plans, &args.cursor, &args.backends())?;
+    let api = api_config(
+        &args.plans,
+        &args.cursor,
+        &args.backends(),
+        args.public.dashboard(args.listen),
+    )?;
     if api.plans.get(&args.demo_plan).is_none() {
         bail!("unknown plan {:?} for the demo key", args.demo_plan);
     }
@@ -93,6 +102,8 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let service = services::dev::build(&cfg, &backends, listeners)
         .await?
         .with_http_limits(args.http.limits());
+    let public = args.public.url(service.local_addr());
+    let link = demo_sign_in_link(backends.store()?.as_ref(), &public, &args.demo_plan).await?;
     print_welcome(
         service.local_addr(),
         service.ops_addr(),
@@ -101,9 +112,29 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
         &ingest_token,
         cfg.demo.as_ref(),
     );
+    println!("  Dashboard {public}/dashboard   demo sign-in link (works once): {link}");
+    println!("Stop with Ctrl-C.");
     service.run_until_stopped(shutdown::signal()).await?;
     backends.close().await;
     Ok(())
+}
+
+/// The demo organization's owner gets a new sign-in link at every start.
+const DEMO_ORG: &str = "demo";
+const DEMO_OWNER: &str = "demo@hindsight.local";
+
+async fn demo_sign_in_link(
+    store: &dyn hindsight_contracts::AccountStore,
+    url: &str,
+    plan: &str,
+) -> anyhow::Result<String> {
+    let now = Timestamp::now();
+    let token = if store.organization(DEMO_ORG).await?.is_some() {
+        dashboard_accounts::invite(store, DEMO_ORG, DEMO_OWNER, "owner", now).await?
+    } else {
+        dashboard_accounts::create_organization(store, DEMO_ORG, plan, DEMO_OWNER, now).await?
+    };
+    Ok(dashboard_accounts::sign_in_link(url, &token))
 }
 
 fn print_welcome(
@@ -134,7 +165,6 @@ fn print_welcome(
             now + 60
         );
     }
-    println!("Stop with Ctrl-C.");
 }
 
 async fn ingest(args: IngestArgs) -> anyhow::Result<()> {
@@ -169,7 +199,12 @@ async fn projector(args: ProjectorArgs) -> anyhow::Result<()> {
 
 async fn api(args: ApiArgs) -> anyhow::Result<()> {
     let backend_config = args.backends()?;
-    let cfg = api_config(&args.plans, &args.cursor, &backend_config)?;
+    let cfg = api_config(
+        &args.plans,
+        &args.cursor,
+        &backend_config,
+        args.public.dashboard(args.listen),
+    )?;
     let backends = Backends::connect(&backend_config).await?;
     let listeners = Listeners::bind(args.listen, args.metrics_listen).await?;
     let service = services::api::build(&cfg, &backends, listeners)
@@ -290,6 +325,36 @@ async fn keys(args: KeysArgs) -> anyhow::Result<()> {
             println!("{key_id} is now on plan {plan}");
         }
     }
+    Ok(())
+}
+
+async fn accounts(args: AccountsArgs) -> anyhow::Result<()> {
+    let backends = Backends::connect(&args.backends()?).await?;
+    let store = backends.store()?;
+    let url = args.public.url(args.listen);
+    let now = Timestamp::now();
+    let token = match args.action {
+        AccountsAction::Create { org, email, plan } => {
+            if load_plans(&args.plans)?.get(&plan).is_none() {
+                bail!("unknown plan {plan:?}");
+            }
+            let token =
+                dashboard_accounts::create_organization(store.as_ref(), &org, &plan, &email, now)
+                    .await?;
+            eprintln!("created organization {org} (plan {plan}) with owner {email}");
+            token
+        }
+        AccountsAction::Link { email } => {
+            let email = dashboard_accounts::normalize_email(&email)?;
+            let Some(user) = store.user(&email).await? else {
+                bail!("no user {email}");
+            };
+            dashboard_accounts::invite(store.as_ref(), &user.organization, &email, &user.role, now)
+                .await?
+        }
+    };
+    println!("{}", dashboard_accounts::sign_in_link(&url, &token));
+    eprintln!("the link works once, for 24 hours");
     Ok(())
 }
 

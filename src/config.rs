@@ -56,6 +56,8 @@ pub enum Command {
     Rebuild(RebuildArgs),
     /// Manages API keys (only hashes are stored).
     Keys(KeysArgs),
+    /// Manages dashboard accounts: organizations and their users.
+    Accounts(AccountsArgs),
     /// Sends demo market data to an ingest endpoint, as a pipeline would.
     Feed(FeedArgs),
     /// Prints the OpenAPI document of the /v1 API.
@@ -256,6 +258,39 @@ pub struct PlanArgs {
     pub plans_file: Option<PathBuf>,
 }
 
+/// The address browsers reach the service at (`api`, `dev`, `accounts`):
+/// sign-in links are printed on it, and an `https` one marks the session
+/// cookie `Secure`.
+#[derive(Args, Clone, Debug)]
+pub struct PublicUrlArgs {
+    /// Public base URL of the API service, e.g. `https://data.example.com`
+    /// behind a TLS proxy (default: `http://` and the listen address).
+    #[arg(long, env = "HINDSIGHT_PUBLIC_URL", global = true)]
+    pub public_url: Option<String>,
+}
+
+impl PublicUrlArgs {
+    pub fn url(&self, listen: SocketAddr) -> String {
+        self.public_url
+            .clone()
+            .unwrap_or_else(|| format!("http://{listen}"))
+            .trim_end_matches('/')
+            .to_string()
+    }
+
+    pub fn dashboard(&self, listen: SocketAddr) -> hindsight_api::dashboard::DashboardConfig {
+        hindsight_api::dashboard::DashboardConfig {
+            secure_cookies: self.url(listen).starts_with("https://"),
+            // Unset: the request's own address (a listen address may be
+            // 0.0.0.0 or port 0).
+            public_url: self
+                .public_url
+                .as_deref()
+                .map(|u| u.trim_end_matches('/').to_string()),
+        }
+    }
+}
+
 /// How the API signs its pagination cursors (`api`, `dev`).
 #[derive(Args, Clone, Debug)]
 pub struct CursorArgs {
@@ -420,6 +455,8 @@ pub struct DevArgs {
     pub plans: PlanArgs,
     #[command(flatten)]
     pub cursor: CursorArgs,
+    #[command(flatten)]
+    pub public: PublicUrlArgs,
     /// The API key dev accepts (generated and printed when unset).
     #[arg(long, env = "HINDSIGHT_DEMO_API_KEY", hide_env_values = true)]
     pub demo_api_key: Option<String>,
@@ -549,6 +586,8 @@ pub struct ApiArgs {
     pub plans: PlanArgs,
     #[command(flatten)]
     pub cursor: CursorArgs,
+    #[command(flatten)]
+    pub public: PublicUrlArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8080")]
     pub listen: SocketAddr,
     /// Address of /metrics, /livez and /readyz (default: the listen
@@ -692,6 +731,60 @@ pub enum KeysAction {
     Revoke { key_id: String },
     /// Moves a key to another plan, effective immediately.
     SetPlan { key_id: String, plan: String },
+}
+
+#[derive(Args, Clone, Debug)]
+pub struct AccountsArgs {
+    #[command(flatten)]
+    pub data: DataArgs,
+    #[command(flatten)]
+    pub scylla: ScyllaArgs,
+    #[command(flatten)]
+    pub plans: PlanArgs,
+    #[command(flatten)]
+    pub public: PublicUrlArgs,
+    /// The API's listen address, for the sign-in link when
+    /// --public-url is not given.
+    #[arg(
+        long,
+        env = "HINDSIGHT_LISTEN",
+        default_value = "127.0.0.1:8080",
+        global = true
+    )]
+    pub listen: SocketAddr,
+    #[command(subcommand)]
+    pub action: AccountsAction,
+}
+
+impl AccountsArgs {
+    pub fn backends(&self) -> anyhow::Result<BackendConfig> {
+        Ok(BackendConfig {
+            data_dir: self.data.data_dir.clone(),
+            kafka: None,
+            scylla: self.scylla.config(None, None)?,
+            uses: Uses::READ,
+        })
+    }
+}
+
+#[derive(Subcommand, Clone, Debug)]
+pub enum AccountsAction {
+    /// Creates an organization and its owner, and prints the owner's
+    /// one-time sign-in link (valid 24 hours).
+    Create {
+        #[arg(long)]
+        org: String,
+        #[arg(long)]
+        email: String,
+        #[arg(long, default_value = "free")]
+        plan: String,
+    },
+    /// Prints a new one-time sign-in link for an existing user (a lost
+    /// password).
+    Link {
+        #[arg(long)]
+        email: String,
+    },
 }
 
 #[derive(Args, Clone, Debug)]

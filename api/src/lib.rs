@@ -15,6 +15,8 @@
 //!   store is read, for the streamed bulk export routes.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
 //! - [`keys`]: creating API keys (only hashes are stored).
+//! - [`dashboard`]: the account holders' pages under `/dashboard`: sign-in,
+//!   keys, usage (not `/v1`, not in the OpenAPI document).
 //! - Around it all, `hindsight_http::edge`: JSON error bodies on every
 //!   status, size limits on request lines and headers, `nosniff`, and
 //!   `no-store` on key-bearing answers that set no `Cache-Control` of their
@@ -26,6 +28,7 @@ pub mod auth;
 pub mod catalog;
 pub mod conditional;
 pub mod cursor;
+pub mod dashboard;
 pub mod error;
 pub mod export;
 pub mod keys;
@@ -43,7 +46,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use catalog::Catalog;
-use hindsight_contracts::{AuthStore, ReadStore};
+use hindsight_contracts::{AccountStore, AuthStore, ReadStore};
 use hindsight_telemetry as tm;
 use routes::{discovery, estimate, history};
 use std::sync::Arc;
@@ -53,6 +56,9 @@ use std::time::Instant;
 pub struct ApiState {
     pub store: Arc<dyn ReadStore>,
     pub keys: Arc<dyn AuthStore>,
+    /// The dashboard's accounts, and every key's usage counts.
+    pub accounts: Arc<dyn AccountStore>,
+    pub dashboard: dashboard::DashboardConfig,
     pub plans: Arc<plans::Plans>,
     pub catalog: Arc<Catalog>,
     /// "Now" for rate-limit windows and plan lookback (tests move it).
@@ -113,7 +119,7 @@ pub fn router(state: ApiState) -> Router {
             state.clone(),
             auth::authenticate,
         ))
-        .with_state(state);
+        .with_state(state.clone());
     let router = Router::new()
         .merge(v1)
         .route(
@@ -122,11 +128,15 @@ pub fn router(state: ApiState) -> Router {
         )
         .fallback(|| async { error::ApiError::NotFound("Not Found".into()).into_response() })
         .layer(middleware::from_fn(error::report_internal_errors));
-    hindsight_http::edge(
+    let api = hindsight_http::edge(
         router,
         hindsight_http::NoStore::WhenHeader(HeaderName::from_static("x-api-key")),
-    )
-    .layer(middleware::from_fn(observe))
+    );
+    // The dashboard's pages sit beside the API, outside its JSON edge (its
+    // errors are pages); the API's fallback answers every other path.
+    dashboard::router(state)
+        .merge(api)
+        .layer(middleware::from_fn(observe))
 }
 
 /// Gives every request and its response an `x-request-id` (the caller's, or

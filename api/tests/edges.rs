@@ -32,7 +32,9 @@ async fn api() -> Api {
     let app = router(ApiState {
         catalog: Catalog::new(read.clone()),
         store: read,
-        keys: store,
+        keys: store.clone(),
+        accounts: store,
+        dashboard: Default::default(),
         plans: Arc::new(Plans::default()),
         clock: Arc::new(hindsight_schemas::time::SystemClock),
         cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),

@@ -127,6 +127,7 @@ async fn request(path: &str, fail_keys: bool) -> Outcome {
     let _metrics_guard = metrics::set_default_local_recorder(&recorder);
 
     let store: Arc<dyn ReadStore> = Arc::new(DownStore);
+    let accounts_dir = tempfile::tempdir().unwrap();
     let state = ApiState {
         catalog: Catalog::new(store.clone()),
         store,
@@ -134,6 +135,8 @@ async fn request(path: &str, fail_keys: bool) -> Outcome {
             key: keys::record_for(KEY, "org", "enterprise"),
             fail: fail_keys,
         }),
+        accounts: Arc::new(hindsight_sqlite::SqliteStore::open(accounts_dir.path()).unwrap()),
+        dashboard: Default::default(),
         plans: Arc::new(Plans::default()),
         clock: Arc::new(hindsight_schemas::time::SystemClock),
         cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),

@@ -72,6 +72,12 @@ impl ReadStore for Minutes {
     async fn count(&self, _: Table, _: &str, _: Range) -> Result<u64> {
         Ok(0)
     }
+    async fn ticks(&self, _: TickKind, _: &str, _: TickRange) -> Result<Vec<Tick>> {
+        Ok(Vec::new())
+    }
+    async fn book_at(&self, _: &str, _: Timestamp, _: Timestamp) -> Result<Option<Tick>> {
+        Ok(None)
+    }
     async fn metrics(&self, _: &str, _: Range) -> Result<Vec<MetricsPoint>> {
         Ok(Vec::new())
     }
@@ -120,7 +126,12 @@ impl AuthStore for Keys {
 
 fn app(store: Minutes, slots: ExportSlots) -> axum::Router {
     let store: Arc<dyn ReadStore> = Arc::new(store);
+    // The dashboard's usage counts need an account store: a real one, in a
+    // directory that outlives the router.
+    let accounts = tempfile::tempdir().unwrap().keep();
     router(ApiState {
+        accounts: Arc::new(hindsight_sqlite::SqliteStore::open(&accounts).unwrap()),
+        dashboard: Default::default(),
         catalog: Catalog::new(store.clone()),
         store,
         keys: Arc::new(Keys(keys::record_for(KEY, "org", "enterprise"))),

@@ -9,6 +9,7 @@
 //! | [`IdempotencyStore`] | `log.db` (atomic with the append) | CQL (`idempotency_keys`, lightweight transactions); `idempotency.db` for one ingest process without CQL |
 //! | [`ProjectionStore`], [`ReadStore`] | `store.db` | CQL (`hindsight-scylla`) |
 //! | [`AuthStore`] | `store.db`, `limits.db` | CQL |
+//! | [`AccountStore`] | `accounts.db` | CQL |
 //!
 //! Every trait states its contract on itself: what a caller may rely on,
 //! whichever backend answers. `docs/contracts.md` is the same in prose, and
@@ -17,6 +18,7 @@
 //! [`faults`] wrappers (feature `faults`) fail a log append or a store write
 //! at a chosen step, for deterministic crash tests.
 
+pub mod accounts;
 pub mod auth;
 pub mod error;
 pub mod log;
@@ -28,6 +30,10 @@ pub mod conformance;
 #[cfg(feature = "faults")]
 pub mod faults;
 
+pub use accounts::{
+    AccountStore, KeyUsage, OrgKey, Organization, Session, SignInToken, StatusClass, UsageCount,
+    User,
+};
 pub use auth::{ApiKeyRecord, AuthStore, RateHits};
 pub use error::{Error, ErrorKind, Result};
 pub use log::{

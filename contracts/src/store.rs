@@ -473,8 +473,8 @@ impl CatalogCursor {
 }
 
 /// A whole read-store backend, as the services hold it.
-pub trait Store: ProjectionStore + ReadStore + crate::AuthStore {}
-impl<T: ProjectionStore + ReadStore + crate::AuthStore> Store for T {}
+pub trait Store: ProjectionStore + ReadStore + crate::AuthStore + crate::AccountStore {}
+impl<T: ProjectionStore + ReadStore + crate::AuthStore + crate::AccountStore> Store for T {}
 
 /// A shared store is a store: wrappers (faults) take either.
 #[async_trait]

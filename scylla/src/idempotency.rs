@@ -38,13 +38,13 @@ const CLAIM_ROUNDS: usize = 4;
 
 /// The answer of a lightweight transaction: applied or not, and the columns
 /// the server sent back, by name.
-struct Lwt {
-    applied: bool,
+pub(crate) struct Lwt {
+    pub(crate) applied: bool,
     columns: HashMap<String, CqlValue>,
 }
 
 impl Lwt {
-    fn read(result: QueryResult) -> Result<Lwt> {
+    pub(crate) fn read(result: QueryResult) -> Result<Lwt> {
         let rows = result.into_rows_result().map_err(corrupt)?;
         let names: Vec<String> = rows
             .column_specs()

@@ -5,6 +5,7 @@
 //! - [`schema`]: the CQL schema (`schemas/cql/hindsight.cql`) and `migrate`.
 //! - [`statements`]: every statement the backend prepares, as data.
 //! - [`store`]: [`ScyllaStore`], implementing the read-store interfaces.
+//! - [`accounts`]: the same store as the dashboard's `AccountStore`.
 //! - [`idempotency`]: the same store as ingest's `IdempotencyStore` in Kafka
 //!   mode (`idempotency_keys`, lightweight transactions).
 //!
@@ -35,6 +36,7 @@
 //! - Shard-aware routing is ScyllaDB's; on Cassandra the driver routes by
 //!   token only. Performance figures from Cassandra say nothing of ScyllaDB.
 
+pub mod accounts;
 pub mod idempotency;
 pub mod schema;
 pub mod statements;

@@ -26,7 +26,10 @@
 /// ([`crate::statements::CANDLE_COLUMNS`]); migrating an older keyspace
 /// adds them (`ALTER TABLE`, each only if absent), NULL in existing rows:
 /// those buckets have no candle until `hindsight rebuild`.
-pub const SCHEMA_VERSION: i32 = 7;
+/// Version 8: the dashboard's accounts (`organizations`, `users`,
+/// `users_by_org`, `sign_in_tokens`, `sessions`, `org_keys`, `key_usage`,
+/// `key_last_used`), created empty.
+pub const SCHEMA_VERSION: i32 = 8;
 
 /// The first version whose keyspaces keep `series_periods` up to date.
 pub const INDEXED_SINCE: i32 = 5;

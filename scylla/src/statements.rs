@@ -388,7 +388,14 @@ pub fn all(ks: &str) -> Vec<Stmt> {
         format!("UPDATE {keys} USING TTL ? SET lease_until = ? WHERE key = ? IF owner = ?"),
         &["int", "timestamp", "text", "blob"],
     ));
+    out.extend(crate::accounts::statements(ks));
     out
+}
+
+/// Whether a statement updates a counter: not idempotent, never retried by
+/// the driver (a retried increment could count twice).
+pub fn is_counter(stmt: &Stmt) -> bool {
+    stmt.cql.contains(" = count + ")
 }
 
 /// Whether a statement is a lightweight transaction (Paxos): run at serial

@@ -191,6 +191,7 @@ impl ScyllaStore {
         let mut prepared = HashMap::new();
         for stmt in statements::all(&config.keyspace) {
             let lwt = statements::is_lwt(&stmt);
+            let counter = statements::is_counter(&stmt);
             let Stmt { name, cql, binds } = stmt;
             let mut p = session
                 .prepare(cql.as_str())
@@ -212,7 +213,8 @@ impl ScyllaStore {
             // delete of a rate hit under its own random id: all safe to
             // retry. Lightweight transactions are not (their callers handle
             // a lost answer).
-            p.set_is_idempotent(!lwt);
+            // Counter increments are not either.
+            p.set_is_idempotent(!lwt && !counter);
             if lwt {
                 p.set_serial_consistency(Some(serial_for(config.consistency)));
             }

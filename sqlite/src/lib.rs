@@ -10,6 +10,10 @@
 //!   is enough here: a power loss can only roll back whole transactions, and
 //!   the projector then re-reads those events from the log.
 //! - `limits.db`: the rate-limit log of the API processes (`limits`).
+//! - `accounts.db`: the dashboard's organizations, users, sign-in tokens,
+//!   sessions, organizations' keys and per-key usage counts (`accounts`).
+//!   `synchronous=NORMAL`, as `limits.db`: every API request counts here;
+//!   a power loss may roll back the last transactions, never corrupt.
 //! - `idempotency.db`: claims of idempotency keys ([`IdempotencyFile`]) for
 //!   an ingest process whose log is Kafka and that has no CQL store.
 //!
@@ -18,6 +22,7 @@
 //! `projector`, `api`) can share a data directory; SQLite's locking keeps
 //! them consistent.
 
+mod accounts;
 mod db;
 mod idempotency;
 mod limits;

@@ -204,6 +204,7 @@ pub struct SqliteStore {
     writer: Arc<Mutex<Connection>>,
     readers: Arc<Pool>,
     limits: RateLog,
+    pub(crate) accounts: crate::accounts::Accounts,
 }
 
 impl SqliteStore {
@@ -228,10 +229,12 @@ impl SqliteStore {
             params![SCHEMA_VERSION.to_string()],
         )?;
         let limits = RateLog::open(dir)?;
+        let accounts = crate::accounts::Accounts::open(dir)?;
         Ok(SqliteStore {
             writer: Arc::new(Mutex::new(conn)),
             readers: Arc::new(Pool::new(path, Durability::Normal)),
             limits,
+            accounts,
         })
     }
 

@@ -35,6 +35,10 @@ enum Break {
     KeepsTheLastOfAWrite,
     /// Ticks come back in arrival (log) order, not by time.
     TicksByArrival,
+    /// A sign-in token is read, not deleted: the link works again.
+    TokensReused,
+    /// Every use is counted as served: the status class is dropped.
+    OneStatusClass,
 }
 
 struct Broken {
@@ -210,6 +214,60 @@ impl AuthStore for Broken {
     }
 }
 
+#[async_trait]
+impl AccountStore for Broken {
+    async fn put_organization(&self, org: Organization) -> Result<()> {
+        self.inner.put_organization(org).await
+    }
+    async fn organization(&self, name: &str) -> Result<Option<Organization>> {
+        self.inner.organization(name).await
+    }
+    async fn put_user(&self, user: User) -> Result<()> {
+        self.inner.put_user(user).await
+    }
+    async fn user(&self, email: &str) -> Result<Option<User>> {
+        self.inner.user(email).await
+    }
+    async fn users(&self, organization: &str) -> Result<Vec<User>> {
+        self.inner.users(organization).await
+    }
+    async fn put_sign_in_token(&self, token: SignInToken) -> Result<()> {
+        self.inner.put_sign_in_token(token).await
+    }
+    async fn take_sign_in_token(&self, hash: [u8; 32]) -> Result<Option<SignInToken>> {
+        let taken = self.inner.take_sign_in_token(hash).await?;
+        if let (Break::TokensReused, Some(token)) = (self.how, &taken) {
+            self.inner.put_sign_in_token(token.clone()).await?;
+        }
+        Ok(taken)
+    }
+    async fn put_session(&self, session: Session) -> Result<()> {
+        self.inner.put_session(session).await
+    }
+    async fn session(&self, hash: [u8; 32]) -> Result<Option<Session>> {
+        self.inner.session(hash).await
+    }
+    async fn delete_session(&self, hash: [u8; 32]) -> Result<()> {
+        self.inner.delete_session(hash).await
+    }
+    async fn put_org_key(&self, key: OrgKey) -> Result<()> {
+        self.inner.put_org_key(key).await
+    }
+    async fn org_keys(&self, organization: &str) -> Result<Vec<OrgKey>> {
+        self.inner.org_keys(organization).await
+    }
+    async fn record_use(&self, key_id: &str, at: Timestamp, status: u16) -> Result<()> {
+        let status = match self.how {
+            Break::OneStatusClass => 200,
+            _ => status,
+        };
+        self.inner.record_use(key_id, at, status).await
+    }
+    async fn key_usage(&self, key_id: &str, since: Timestamp) -> Result<KeyUsage> {
+        self.inner.key_usage(key_id, since).await
+    }
+}
+
 /// Runs `check` on two handles of a fresh store broken as `how` says.
 async fn run<F, Fut>(how: Break, check: F) -> Check
 where
@@ -303,4 +361,14 @@ breaking!(
     serving_ticks_by_arrival_fails_the_tick_order_check,
     Break::TicksByArrival,
     store::ticks_round_trip_in_key_order_and_page
+);
+breaking!(
+    reusing_sign_in_tokens_fails_the_single_use_check,
+    Break::TokensReused,
+    store::sign_in_tokens_are_taken_exactly_once
+);
+breaking!(
+    dropping_the_status_class_fails_the_usage_check,
+    Break::OneStatusClass,
+    store::usage_counts_add_up_across_handles
 );

@@ -7,6 +7,7 @@ use anyhow::{anyhow, bail, Context};
 use axum::Router;
 use hindsight_api::catalog::Catalog;
 use hindsight_api::cursor::CursorKeys;
+use hindsight_api::dashboard::DashboardConfig;
 use hindsight_api::plans::Plans;
 use hindsight_api::ApiState;
 use hindsight_contracts::Store;
@@ -27,6 +28,7 @@ pub struct ApiConfig {
     pub clock: Arc<dyn Clock>,
     /// Signs pagination cursors ([`cursor_keys`]).
     pub cursors: CursorKeys,
+    pub dashboard: DashboardConfig,
 }
 
 /// File of the data directory holding the generated cursor secret.
@@ -92,7 +94,9 @@ pub async fn router(cfg: &ApiConfig, store: Arc<dyn Store>) -> anyhow::Result<Ro
     catalog.spawn_refresher(CATALOG_REFRESH);
     Ok(hindsight_api::router(ApiState {
         store: store.clone(),
-        keys: store,
+        keys: store.clone(),
+        accounts: store,
+        dashboard: cfg.dashboard.clone(),
         plans: cfg.plans.clone(),
         catalog,
         clock: cfg.clock.clone(),

@@ -130,9 +130,9 @@ pub async fn serve(
             permit = slots.clone().acquire_owned() => permit.expect("the semaphore is never closed"),
             () = stopped(&mut stop) => break,
         };
-        let stream = tokio::select! {
+        let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, peer)) => (stream, peer),
                 Err(e) => {
                     // Out of file descriptors (or a connection reset before
                     // it was accepted): wait a little instead of spinning.
@@ -146,7 +146,7 @@ pub async fn serve(
         let (router, stop, events) = (router.clone(), stop.clone(), events.clone());
         tokio::spawn(async move {
             let open = OpenConnection::new(&events.open);
-            serve_connection(stream, router, limits, &events, stop).await;
+            serve_connection(stream, peer, router, limits, &events, stop).await;
             drop(open);
             drop(permit);
         });
@@ -164,6 +164,7 @@ async fn stopped(stop: &mut watch::Receiver<bool>) {
 
 async fn serve_connection(
     stream: TcpStream,
+    peer: std::net::SocketAddr,
     router: Router,
     limits: HttpLimits,
     events: &ListenerEvents,
@@ -183,7 +184,11 @@ async fn serve_connection(
             let timeouts = timeouts.clone();
             async move {
                 let _busy = activity.busy();
-                let response = handle(router, req.map(Body::new), limits.request_timeout).await;
+                let mut req = req.map(Body::new);
+                // The client's address (sign-in throttling per address).
+                req.extensions_mut()
+                    .insert(axum::extract::ConnectInfo(peer));
+                let response = handle(router, req, limits.request_timeout).await;
                 if response.status() == StatusCode::REQUEST_TIMEOUT {
                     timeouts.increment(1);
                 }

@@ -151,6 +151,7 @@ pub fn api_config(opts: &Options, clock: &Arc<ManualClock>, dir: &Path) -> ApiCo
         clock: clock.clone(),
         cursors: services::api::cursor_keys(&opts.cursor_secrets, &BackendConfig::embedded(dir))
             .unwrap(),
+        dashboard: Default::default(),
     }
 }
 
@@ -243,6 +244,7 @@ pub async fn spawn_api_replica(app: &TestApp, cursor_secrets: &[&str]) -> Replic
         clock: app.clock.clone(),
         cursors: services::api::cursor_keys(&secrets, &BackendConfig::embedded(&app.data_dir))
             .unwrap(),
+        dashboard: Default::default(),
     };
     let listeners = Listeners {
         service: port0().await,

@@ -12,6 +12,8 @@ mod cli;
 mod cursors;
 mod export;
 mod estimate;
+mod dashboard;
+mod dashboard_browser;
 mod faults;
 mod helpers;
 mod ingest_validation;

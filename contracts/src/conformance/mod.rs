@@ -25,6 +25,7 @@
 //! A check returns `Err` with what differs from the contract; a backend
 //! that cannot be reached fails the test rather than skipping it.
 
+pub mod accounts;
 pub mod idempotency;
 pub mod log;
 pub mod store;
@@ -132,6 +133,10 @@ macro_rules! store_conformance {
             keys_found_by_hash_and_revocation_sticks: Shared,
             rate_limit_decisions_are_the_sliding_window: Shared,
             rate_limit_holds_under_concurrent_handles: Shared,
+            accounts_round_trip_and_replace: Shared,
+            sign_in_tokens_are_taken_exactly_once: Shared,
+            sessions_live_until_deleted: Shared,
+            usage_counts_add_up_across_handles: Shared,
         );
     };
 }

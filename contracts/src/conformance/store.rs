@@ -1,4 +1,5 @@
-//! Store checks: [`ProjectionStore`], [`ReadStore`] and [`AuthStore`].
+//! Store checks: [`ProjectionStore`], [`ReadStore`] and [`AuthStore`]; and
+//! [`crate::AccountStore`]'s, from [`super::accounts`].
 //!
 //! Each check takes two handles on one backend and writes only ids under its
 //! prefix (and log partitions derived from it), so that shared checks can run
@@ -9,6 +10,7 @@ pub use super::ticks::{
     book_at_is_the_latest_snapshot_at_or_before, ticks_round_trip_in_key_order_and_page,
     trade_ids_count_once_whatever_write_they_come_in,
 };
+pub use super::accounts::*;
 use super::{ensure, store_err, Backend, Check, T0};
 use crate::auth::*;
 use crate::store::*;
@@ -1625,7 +1627,7 @@ pub async fn rate_limit_holds_under_concurrent_handles(
 }
 
 /// Polls every future to completion, concurrently (on the calling task).
-async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
+pub(crate) async fn join_all<F: std::future::Future>(futures: Vec<F>) -> Vec<F::Output> {
     let mut pending: Vec<_> = futures.into_iter().map(Box::pin).collect();
     let mut done: Vec<Option<F::Output>> = pending.iter().map(|_| None).collect();
     std::future::poll_fn(|cx| {
