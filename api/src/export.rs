@@ -201,9 +201,8 @@ impl Csv {
     }
 
     fn ready(&mut self) -> Option<Vec<u8>> {
-        (self.buf.len() >= CSV_PIECE_BYTES).then(|| {
-            std::mem::replace(&mut self.buf, Vec::with_capacity(CSV_PIECE_BYTES + 4096))
-        })
+        (self.buf.len() >= CSV_PIECE_BYTES)
+            .then(|| std::mem::replace(&mut self.buf, Vec::with_capacity(CSV_PIECE_BYTES + 4096)))
     }
 }
 
@@ -262,9 +261,9 @@ impl Parquet {
             .iter()
             .map(|f| match f.data_type() {
                 DataType::Utf8 => Builder::Text(StringBuilder::new()),
-                DataType::Timestamp(_, tz) => Builder::Time(
-                    TimestampMillisecondBuilder::new().with_timezone_opt(tz.clone()),
-                ),
+                DataType::Timestamp(_, tz) => {
+                    Builder::Time(TimestampMillisecondBuilder::new().with_timezone_opt(tz.clone()))
+                }
                 _ => Builder::Number(Float64Builder::new()),
             })
             .collect()
@@ -292,7 +291,9 @@ impl Parquet {
                     self.bytes += 8;
                     b.append_value(x);
                 }
-                (_, cell) => return Err(EncodeError(format!("{cell:?} in a column of another type"))),
+                (_, cell) => {
+                    return Err(EncodeError(format!("{cell:?} in a column of another type")))
+                }
             }
         }
         self.rows += 1;
@@ -360,7 +361,11 @@ mod tests {
                     1 => "with,comma \"quoted\"".to_string(),
                     _ => format!("line\nbreak {i}"),
                 };
-                (id, Timestamp(1_754_006_400_000 + i as i64 * 60_000), i as f64 / 7.0)
+                (
+                    id,
+                    Timestamp(1_754_006_400_000 + i as i64 * 60_000),
+                    i as f64 / 7.0,
+                )
             })
             .collect()
     }
@@ -426,8 +431,7 @@ mod tests {
         let input = rows(ROW_GROUP_ROWS * 2 + 17);
         let (bytes, pieces) = encode(Format::Parquet, &input);
         assert_eq!(pieces, 2, "one piece per full row group");
-        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes))
-            .unwrap();
+        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes)).unwrap();
         assert_eq!(reader.metadata().num_row_groups(), 3);
         let mut n = 0;
         for batch in reader.build().unwrap() {
@@ -464,8 +468,12 @@ mod tests {
         let mut enc = Encoder::new(Format::Parquet, COLUMNS).unwrap();
         let mut first_piece_at = None;
         for i in 0..200 {
-            enc.row(&[Cell::Text(&wide), Cell::Time(Timestamp(i)), Cell::Number(0.5)])
-                .unwrap();
+            enc.row(&[
+                Cell::Text(&wide),
+                Cell::Time(Timestamp(i)),
+                Cell::Number(0.5),
+            ])
+            .unwrap();
             if enc.ready().unwrap().is_some() && first_piece_at.is_none() {
                 first_piece_at = Some(i + 1);
             }

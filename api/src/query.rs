@@ -479,7 +479,7 @@ impl HistoryQuery {
         if !errors.is_empty() {
             return Err(ApiError::Validation(errors));
         }
-        let (start, end) = span_times(&q)?;
+        let (start, end) = span_times(q)?;
         Ok(HistoryQuery {
             start,
             end,

@@ -189,7 +189,11 @@ async fn a_csv_export_holds_every_point_of_a_range_longer_than_many_store_reads(
     let mut lines = text.split("\r\n");
     assert_eq!(lines.next(), Some("market_id,token_id,t,p"));
     let rows: Vec<&str> = lines.filter(|l| !l.is_empty()).collect();
-    assert_eq!(rows.len() as i64, points, "every minute of the range, none past it");
+    assert_eq!(
+        rows.len() as i64,
+        points,
+        "every minute of the range, none past it"
+    );
     for (i, row) in rows.iter().enumerate() {
         let fields: Vec<&str> = row.split(',').collect();
         let i = i as i64;
@@ -198,7 +202,10 @@ async fn a_csv_export_holds_every_point_of_a_range_longer_than_many_store_reads(
             Timestamp::parse(fields[2]).unwrap(),
             Timestamp(T0 + i * MINUTE)
         );
-        assert_eq!(fields[3].parse::<f64>().unwrap().to_bits(), price(i).to_bits());
+        assert_eq!(
+            fields[3].parse::<f64>().unwrap().to_bits(),
+            price(i).to_bits()
+        );
     }
 }
 
@@ -250,7 +257,11 @@ async fn a_store_failure_part_way_cuts_the_body_short_instead_of_ending_it() {
     store.fail_after = 1; // the second read of the range fails
     let app = app(store, ExportSlots::default());
     let response = send(&app, &export_path("csv", points)).await;
-    assert_eq!(response.status(), StatusCode::OK, "the status went out first");
+    assert_eq!(
+        response.status(),
+        StatusCode::OK,
+        "the status went out first"
+    );
     assert!(
         body(response).await.is_err(),
         "a failed export never ends like a whole file"
@@ -271,8 +282,7 @@ async fn exports_beyond_the_replicas_slots_are_refused_503_until_one_ends() {
     let refused = send(&app, &export_path("csv", points)).await;
     assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(refused.headers()["retry-after"], "5");
-    let detail: serde_json::Value =
-        serde_json::from_slice(&body(refused).await.unwrap()).unwrap();
+    let detail: serde_json::Value = serde_json::from_slice(&body(refused).await.unwrap()).unwrap();
     assert!(
         detail["detail"]
             .as_str()
@@ -289,7 +299,10 @@ async fn exports_beyond_the_replicas_slots_are_refused_503_until_one_ends() {
             assert!(body(response).await.is_ok());
             break;
         }
-        assert!(std::time::Instant::now() < deadline, "the slot never came back");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the slot never came back"
+        );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
 }
@@ -297,7 +310,11 @@ async fn exports_beyond_the_replicas_slots_are_refused_503_until_one_ends() {
 #[tokio::test]
 async fn an_export_names_the_parameter_it_cannot_use() {
     let app = app(Minutes::new(10), ExportSlots::default());
-    let range = format!("start_ts={}&end_ts={}&resolution=1m", T0 / 1000, T0 / 1000 + 600);
+    let range = format!(
+        "start_ts={}&end_ts={}&resolution=1m",
+        T0 / 1000,
+        T0 / 1000 + 600
+    );
     for (query, status, field) in [
         (format!("/v1/export/prices?{range}"), 422, "token_id"),
         (
@@ -305,8 +322,16 @@ async fn an_export_names_the_parameter_it_cannot_use() {
             422,
             "market_id",
         ),
-        (format!("/v1/export/prices?{range}&token_id=tok&format=xml"), 422, "format"),
-        (format!("/v1/export/metrics?{range}&token_id=tok"), 422, "market_id"),
+        (
+            format!("/v1/export/prices?{range}&token_id=tok&format=xml"),
+            422,
+            "format",
+        ),
+        (
+            format!("/v1/export/metrics?{range}&token_id=tok"),
+            422,
+            "market_id",
+        ),
         (
             "/v1/export/prices?token_id=tok&resolution=1m&end_ts=1756684800".to_string(),
             422,

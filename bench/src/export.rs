@@ -78,7 +78,10 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
         bin.display()
     );
     let python = std::path::PathBuf::from(std::env::var("HINDSIGHT_VENV").unwrap_or_else(|_| {
-        format!("{}/.cache/hindsight-venv", std::env::var("HOME").unwrap_or_default())
+        format!(
+            "{}/.cache/hindsight-venv",
+            std::env::var("HOME").unwrap_or_default()
+        )
     }))
     .join("bin/python");
     anyhow::ensure!(
@@ -133,7 +136,12 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
         .port();
     let server = Server(
         Command::new(&bin)
-            .args(["api", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .args([
+                "api",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--data-dir",
+            ])
             .arg(&dir)
             .stdout(Stdio::null())
             .spawn()?,
@@ -143,7 +151,12 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
     let client = reqwest::Client::new();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        if let Ok(r) = client.get(format!("{base}/v1/markets/xm")).header("X-API-Key", KEY).send().await {
+        if let Ok(r) = client
+            .get(format!("{base}/v1/markets/xm"))
+            .header("X-API-Key", KEY)
+            .send()
+            .await
+        {
             if r.status() == 200 {
                 break;
             }
@@ -204,7 +217,11 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
     }
     let secs = started.elapsed().as_secs_f64();
     drop(nginx);
-    anyhow::ensure!(n == csv.bytes.len(), "nginx served {n} of {} bytes", csv.bytes.len());
+    anyhow::ensure!(
+        n == csv.bytes.len(),
+        "nginx served {n} of {} bytes",
+        csv.bytes.len()
+    );
     let mb = n as f64 / 1e6;
     println!(
         "   {:<34} {:>10.1} {:>9.1}",
@@ -222,14 +239,22 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
 
 /// Reads the Parquet file with pyarrow and compares it with what was
 /// generated: row count, first and last time, the sum of prices.
-fn check_with_pyarrow(python: &std::path::Path, file: &std::path::Path, rows: i64) -> anyhow::Result<()> {
+fn check_with_pyarrow(
+    python: &std::path::Path,
+    file: &std::path::Path,
+    rows: i64,
+) -> anyhow::Result<()> {
     let script = r#"
 import sys, pyarrow.parquet as pq, pyarrow.compute as pc
 t = pq.read_table(sys.argv[1])
 ts = t.column("t").cast("int64")
 print(t.num_rows, pc.min(ts).as_py(), pc.max(ts).as_py(), repr(pc.sum(t.column("p")).as_py()), t.schema.field("t").type)
 "#;
-    let out = Command::new(python).arg("-c").arg(script).arg(file).output()?;
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(file)
+        .output()?;
     anyhow::ensure!(
         out.status.success(),
         "pyarrow failed: {}",
@@ -239,9 +264,17 @@ print(t.num_rows, pc.min(ts).as_py(), pc.max(ts).as_py(), repr(pc.sum(t.column("
     let fields: Vec<&str> = text.split_whitespace().collect();
     let want_sum: f64 = (0..rows).map(price).sum();
     let got_sum: f64 = fields[3].parse()?;
-    anyhow::ensure!(fields[0] == rows.to_string(), "pyarrow read {} rows", fields[0]);
+    anyhow::ensure!(
+        fields[0] == rows.to_string(),
+        "pyarrow read {} rows",
+        fields[0]
+    );
     anyhow::ensure!(fields[1] == START.to_string(), "first t {}", fields[1]);
-    anyhow::ensure!(fields[2] == (START + (rows - 1) * MINUTE).to_string(), "last t {}", fields[2]);
+    anyhow::ensure!(
+        fields[2] == (START + (rows - 1) * MINUTE).to_string(),
+        "last t {}",
+        fields[2]
+    );
     anyhow::ensure!(
         (got_sum - want_sum).abs() <= 1e-9 * want_sum,
         "sum of p: pyarrow {got_sum}, generated {want_sum}"

@@ -11,11 +11,14 @@ use std::collections::BTreeMap;
 const DAY: i64 = 1_756_684_800;
 const HOURS: i64 = 3;
 
+/// A book snapshot as ingested: `(ts, bids, asks)`.
+type Book = (i64, Vec<[f64; 2]>, Vec<[f64; 2]>);
+
 /// Deterministic inputs over three hours: a price per token every 20 s
 /// (one late), a book for `m1-yes` every 45 s, metrics every 30 s.
 struct Input {
     prices: Vec<(&'static str, i64, f64)>,
-    books: Vec<(i64, Vec<[f64; 2]>, Vec<[f64; 2]>)>,
+    books: Vec<Book>,
     metrics: Vec<(i64, [f64; 3])>,
 }
 
@@ -36,7 +39,13 @@ fn input() -> Input {
     prices.push(("m1-yes", DAY + 65, 0.99)); // late: folds into its own minute
     let books = (DAY..end)
         .step_by(45)
-        .map(|t| (t, vec![[0.1 + next() * 0.4, 10.0], [0.01, 2.5]], vec![[0.55 + next() * 0.4, 3.0]]))
+        .map(|t| {
+            (
+                t,
+                vec![[0.1 + next() * 0.4, 10.0], [0.01, 2.5]],
+                vec![[0.55 + next() * 0.4, 3.0]],
+            )
+        })
         .collect();
     let metrics = (DAY..end)
         .step_by(30)
@@ -76,8 +85,8 @@ fn averages<const N: usize>(values: &[(i64, [f64; N])], width: i64) -> BTreeMap<
         let e = sums
             .entry(t.div_euclid(width) * width)
             .or_insert(([0.0; N], 0));
-        for i in 0..N {
-            e.0[i] += v[i];
+        for (sum, x) in e.0.iter_mut().zip(v) {
+            *sum += x;
         }
         e.1 += 1;
     }
@@ -112,7 +121,11 @@ fn csv_records(text: &str) -> Vec<Vec<String>> {
     records
 }
 
-async fn export(app: &TestApp, key: &str, path: &str) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
+async fn export(
+    app: &TestApp,
+    key: &str,
+    path: &str,
+) -> (u16, reqwest::header::HeaderMap, Vec<u8>) {
     let r = client()
         .get(app.api_url(path))
         .header("X-API-Key", key)
@@ -134,11 +147,24 @@ async fn ingested(app: &TestApp, input: &Input) {
     // The last events of each kind are visible once their 1m buckets are.
     let last = DAY + HOURS * 3600 - 60;
     for path in [
-        format!("/v1/tokens/m1-no/prices?start_ts={last}&end_ts={}&resolution=1m", last + 60),
-        format!("/v1/tokens/m1-yes/books?start_ts={}&end_ts={}&resolution=1m", last - 60, last + 60),
-        format!("/v1/markets/m1/metrics?start_ts={last}&end_ts={}&resolution=1m", last + 60),
+        format!(
+            "/v1/tokens/m1-no/prices?start_ts={last}&end_ts={}&resolution=1m",
+            last + 60
+        ),
+        format!(
+            "/v1/tokens/m1-yes/books?start_ts={}&end_ts={}&resolution=1m",
+            last - 60,
+            last + 60
+        ),
+        format!(
+            "/v1/markets/m1/metrics?start_ts={last}&end_ts={}&resolution=1m",
+            last + 60
+        ),
     ] {
-        wait_for(app, &path, |b| b["data"].as_array().is_some_and(|d| !d.is_empty())).await;
+        wait_for(app, &path, |b| {
+            b["data"].as_array().is_some_and(|d| !d.is_empty())
+        })
+        .await;
     }
 }
 
@@ -174,13 +200,21 @@ async fn exported_prices_books_and_metrics_are_every_bucket_as_computed_from_the
                 want.push((token, bucket, p));
             }
         }
-        assert_eq!(records.len() - 1, want.len(), "{res}: one row per bucket with ticks");
+        assert_eq!(
+            records.len() - 1,
+            want.len(),
+            "{res}: one row per bucket with ticks"
+        );
         for (row, (token, bucket, p)) in records[1..].iter().zip(&want) {
             assert_eq!(row[0], "m1");
             assert_eq!(row[1], *token);
             assert_eq!(secs(&row[2]), *bucket, "{res} {token}");
             let got: f64 = row[3].parse().unwrap();
-            assert!((got - p).abs() < 1e-12, "{res} {token} {}: got {got}, want {p}", row[2]);
+            assert!(
+                (got - p).abs() < 1e-12,
+                "{res} {token} {}: got {got}, want {p}",
+                row[2]
+            );
         }
 
         // Books: the last snapshot of each bucket, levels as JSON text.
@@ -193,7 +227,7 @@ async fn exported_prices_books_and_metrics_are_every_bucket_as_computed_from_the
         assert_eq!(status, 200);
         let records = csv_records(&String::from_utf8(bytes).unwrap());
         assert_eq!(records[0], ["market_id", "token_id", "t", "bids", "asks"]);
-        let mut last: BTreeMap<i64, &(i64, Vec<[f64; 2]>, Vec<[f64; 2]>)> = BTreeMap::new();
+        let mut last: BTreeMap<i64, &Book> = BTreeMap::new();
         for book in &input.books {
             last.insert(book.0.div_euclid(width) * width, book);
         }
@@ -243,7 +277,10 @@ async fn exported_prices_books_and_metrics_are_every_bucket_as_computed_from_the
             assert_eq!(t, bucket);
             for i in 0..3 {
                 let tolerance = 1e-12 * avg[i].abs().max(1.0);
-                assert!((values[i] - avg[i]).abs() < tolerance, "{res} {t}: {values:?} vs {avg:?}");
+                assert!(
+                    (values[i] - avg[i]).abs() < tolerance,
+                    "{res} {t}: {values:?} vs {avg:?}"
+                );
             }
         }
     }
@@ -256,12 +293,19 @@ async fn exports_are_gated_by_the_plan_like_the_history_pages() {
     ingested(&app, &input()).await;
     let free = app.key("free").await;
     // Within the free plan's 30 days of lookback.
-    app.clock.set(hindsight_schemas::Timestamp((DAY + 10 * 86_400) * 1000));
+    app.clock
+        .set(hindsight_schemas::Timestamp((DAY + 10 * 86_400) * 1000));
     let range = format!("start_ts={DAY}&end_ts={}", DAY + 3600);
     // The free plan has no books, and nothing finer than 1h.
     for (path, reason) in [
-        (format!("/v1/export/books?token_id=m1-yes&{range}&resolution=1h"), "order books"),
-        (format!("/v1/export/prices?token_id=m1-yes&{range}&resolution=1m"), "resolution 1m"),
+        (
+            format!("/v1/export/books?token_id=m1-yes&{range}&resolution=1h"),
+            "order books",
+        ),
+        (
+            format!("/v1/export/prices?token_id=m1-yes&{range}&resolution=1m"),
+            "resolution 1m",
+        ),
     ] {
         let (status, _, bytes) = export(&app, &free, &path).await;
         assert_eq!(status, 403, "{path}");

@@ -251,8 +251,8 @@ async fn export(
     };
     let (series, name) = series(&state, &q, kind).await?;
     let slot = state.exports.take()?;
-    let encoder = Encoder::new(q.format, kind.columns())
-        .map_err(|e| ApiError::invariant(e.to_string()))?;
+    let encoder =
+        Encoder::new(q.format, kind.columns()).map_err(|e| ApiError::invariant(e.to_string()))?;
     let (tx, rx) = mpsc::channel(PIECES_IN_FLIGHT);
     let range = Range {
         res,
@@ -300,7 +300,13 @@ async fn series(
 ) -> Result<(Vec<Series>, String), ApiError> {
     let safe = |id: &str| -> String {
         id.chars()
-            .map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                    c
+                } else {
+                    '_'
+                }
+            })
             .take(64)
             .collect()
     };
@@ -417,12 +423,22 @@ impl Job {
         let cause = match outcome {
             Ok(()) => return,
             Err(Stop::Gone) => {
-                tracing::debug!(kind, format, sent = self.sink.sent, "export abandoned by the client");
+                tracing::debug!(
+                    kind,
+                    format,
+                    sent = self.sink.sent,
+                    "export abandoned by the client"
+                );
                 "client_gone"
             }
             Err(Stop::Stalled) => {
-                tracing::warn!(kind, format, sent = self.sink.sent, timeout_secs = SEND_TIMEOUT.as_secs(),
-                    "export dropped: the client stopped reading");
+                tracing::warn!(
+                    kind,
+                    format,
+                    sent = self.sink.sent,
+                    timeout_secs = SEND_TIMEOUT.as_secs(),
+                    "export dropped: the client stopped reading"
+                );
                 "client_stalled"
             }
             Err(Stop::Store(e)) => {

@@ -2,8 +2,8 @@
 //! caller and validated the query; a handler checks the plan, reads, shapes.
 
 pub mod discovery;
-pub mod export;
 pub mod estimate;
+pub mod export;
 pub mod history;
 
 use crate::auth::{self, Caller};

@@ -6,11 +6,11 @@
 //! at once on one database; it reads through the other handle what it wrote
 //! through one, as an API replica reads what a projector wrote.
 
+pub use super::accounts::*;
 pub use super::ticks::{
     book_at_is_the_latest_snapshot_at_or_before, ticks_round_trip_in_key_order_and_page,
     trade_ids_count_once_whatever_write_they_come_in,
 };
-pub use super::accounts::*;
 use super::{ensure, store_err, Backend, Check, T0};
 use crate::auth::*;
 use crate::store::*;
