@@ -613,18 +613,32 @@ impl<S: Send + Sync> FromRequestParts<S> for ExportQuery {
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let q = QueryPairs::from_parts(parts, state).await?;
+        ExportQuery::parse(&q, true)
+    }
+}
+
+impl ExportQuery {
+    /// `by_token`: the route exports a token or a market (exactly one of
+    /// `token_id` and `market_id`); else a market only, and `token_id`,
+    /// which it does not document, is ignored like any unknown parameter.
+    fn parse(q: &QueryPairs, by_token: bool) -> Result<Self, ApiError> {
         let mut errors = Vec::new();
-        let resolution = span_params(&q, &mut errors);
-        let format = enum_param(&q, "format", Format::Csv, &mut errors);
-        let token_id = id_param(&q, "token_id", &mut errors);
-        let market_id = id_param(&q, "market_id", &mut errors);
+        let resolution = span_params(q, &mut errors);
+        let format = enum_param(q, "format", Format::Csv, &mut errors);
+        let token_id = if by_token {
+            id_param(q, "token_id", &mut errors)
+        } else {
+            None
+        };
+        let market_id = id_param(q, "market_id", &mut errors);
         match (&token_id, &market_id) {
-            (None, None) => errors.push(issue(
+            (None, None) if by_token => errors.push(issue(
                 "query",
                 "token_id",
                 "Give `token_id` or `market_id`",
                 "missing",
             )),
+            (None, None) => errors.push(issue("query", "market_id", "Field required", "missing")),
             (Some(_), Some(_)) => errors.push(issue(
                 "query",
                 "market_id",
@@ -636,7 +650,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ExportQuery {
         if !errors.is_empty() {
             return Err(ApiError::Validation(errors));
         }
-        let (start, end) = span_times(&q)?;
+        let (start, end) = span_times(q)?;
         Ok(ExportQuery {
             token_id,
             market_id,
@@ -724,6 +738,44 @@ impl<S: Send + Sync> FromRequestParts<S> for EstimateTarget {
             ));
         }
         Ok(target)
+    }
+}
+
+/// The query of `/v1/export/metrics`: an [`ExportQuery`] of one market,
+/// without `token_id` and with `market_id` required (metrics are per
+/// market).
+#[derive(Debug, Clone)]
+pub struct MarketExportQuery(pub ExportQuery);
+
+impl From<MarketExportQuery> for ExportQuery {
+    fn from(q: MarketExportQuery) -> Self {
+        q.0
+    }
+}
+
+impl IntoParams for MarketExportQuery {
+    fn into_params(
+        parameter_in_provider: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        ExportQuery::into_params(parameter_in_provider)
+            .into_iter()
+            .filter(|p| p.name != "token_id")
+            .map(|mut p| {
+                if p.name == "market_id" {
+                    p.required = utoipa::openapi::Required::True;
+                }
+                p
+            })
+            .collect()
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for MarketExportQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let q = QueryPairs::from_parts(parts, state).await?;
+        ExportQuery::parse(&q, false).map(MarketExportQuery)
     }
 }
 

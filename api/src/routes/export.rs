@@ -23,7 +23,7 @@ use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::export::{number, text, time, Cell, Column, EncodeError, Encoder, Format};
 use crate::plans::DataPoint;
-use crate::query::ExportQuery;
+use crate::query::{ExportQuery, MarketExportQuery};
 use crate::ApiState;
 use axum::body::Body;
 use axum::extract::State;
@@ -188,10 +188,10 @@ impl Exported for read::MetricsPoint {
 }
 
 macro_rules! export_route {
-    ($name:ident, $kind:expr, $path:literal, $what:literal) => {
+    ($name:ident, $query:ty, $kind:expr, $path:literal, $what:literal) => {
         #[doc = $what]
         #[utoipa::path(get, path = $path, tag = "export",
-            params(ExportQuery),
+            params($query),
             responses(
                 (status = 200, description = "The whole range as one file, streamed (`format`). A body cut short (no final chunk) is an export that failed part way: retry it.",
                     content((String = "text/csv"), (Vec<u8> = "application/vnd.apache.parquet"))),
@@ -202,15 +202,16 @@ macro_rules! export_route {
         pub async fn $name(
             State(state): State<ApiState>,
             caller: Caller,
-            q: ExportQuery,
+            q: $query,
         ) -> Result<Response, ApiError> {
-            export(state, caller, q, $kind).await
+            export(state, caller, q.into(), $kind).await
         }
     };
 }
 
 export_route!(
     export_prices,
+    ExportQuery,
     Kind::Prices,
     "/v1/export/prices",
     "Price history of a token, or of every token of a market, as one file: \
@@ -218,6 +219,7 @@ export_route!(
 );
 export_route!(
     export_books,
+    ExportQuery,
     Kind::Books,
     "/v1/export/books",
     "Order-book history of a token, or of every token of a market, as one file: \
@@ -226,6 +228,7 @@ export_route!(
 );
 export_route!(
     export_metrics,
+    MarketExportQuery,
     Kind::Metrics,
     "/v1/export/metrics",
     "Metrics history of a market as one file: columns `market_id, t, volume, liquidity, spread`."
