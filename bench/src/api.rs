@@ -7,13 +7,13 @@
 //! Needs the release binary next to this one: `cargo build --release`.
 
 use crate::nginx::Nginx;
+use crate::process::Server;
 use hindsight::app::Embedded;
 use hindsight_api::keys;
 use hindsight_contracts::AuthStore;
 use hindsight_contracts::{AppendBatch, EventLog};
 use hindsight_projector::ProjectorConfig;
 use hindsight_schemas::*;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 pub const KEY: &str = "hsk_bench_api_key";
@@ -115,24 +115,6 @@ pub async fn project_with_key(app: &Embedded, events: Vec<Event>) -> anyhow::Res
     Ok(())
 }
 
-pub struct Server(pub Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn peak_rss_mb(pid: u32) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
 pub struct Figures {
     pub rps: f64,
     pub p50: f64,
@@ -176,12 +158,6 @@ pub async fn load(client: &reqwest::Client, url: &str, connections: usize, secs:
 }
 
 async fn run_async(quick: bool) -> anyhow::Result<()> {
-    let bin = std::env::current_exe()?.with_file_name("hindsight");
-    anyhow::ensure!(
-        bin.exists(),
-        "{} is missing: run `cargo build --release` first",
-        bin.display()
-    );
     let dir = std::env::temp_dir().join(format!("hindsight-bench-api-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     let markets = 100_000;
@@ -192,41 +168,22 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let server = Server(
-        Command::new(&bin)
-            .args([
-                "api",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--data-dir",
-            ])
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()?,
-    );
-    let base = format!("http://127.0.0.1:{port}");
+    let server = Server::api(|c| {
+        c.arg("--data-dir").arg(&dir);
+    })?;
+    let base = server.base.clone();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(64)
         .build()?;
-    let deadline = Instant::now() + Duration::from_secs(60);
     // Ready once the catalog is loaded: a search finds the last market.
-    loop {
-        if let Ok(r) = client
-            .get(format!("{base}/v1/markets?search=bench-market-099999"))
-            .header("X-API-Key", KEY)
-            .send()
-            .await
-        {
-            if r.status() == 200 && r.text().await?.contains("bm-099999") {
-                break;
-            }
-        }
-        anyhow::ensure!(Instant::now() < deadline, "api did not come up");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    server
+        .until_ready(
+            &client,
+            "/v1/markets?search=bench-market-099999",
+            KEY,
+            |body| body.contains("bm-099999"),
+        )
+        .await?;
 
     let (start, end) = (DAY / 1000, DAY / 1000 + 86_400);
     let routes = [
@@ -285,7 +242,7 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
     );
     println!(
         "   peak RSS of the API process: {:.0} MB",
-        peak_rss_mb(server.0.id())
+        server.memory_mb("VmHWM:")
     );
     drop(server);
     let _ = std::fs::remove_dir_all(&dir);

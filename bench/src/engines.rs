@@ -17,7 +17,8 @@
 //! (`eval "$(scripts/engines.sh start)"`) and the release binary
 //! (`cargo build --release`).
 
-use crate::api::{load, project_with_key, Server, KEY};
+use crate::api::{load, project_with_key, KEY};
+use crate::process::{release_binary, Server};
 use crate::shape::{dense, long_tail, Shape, DAY};
 use hindsight::app::Embedded;
 use hindsight_api::keys;
@@ -27,7 +28,6 @@ use hindsight_projector::{Projector, ProjectorConfig};
 use hindsight_schemas::codec;
 use hindsight_scylla::{ScyllaConfig, ScyllaStore};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -51,12 +51,8 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
 async fn run_async(quick: bool) -> anyhow::Result<()> {
     let brokers = required("HINDSIGHT_KAFKA_BROKERS")?;
     let nodes = required("HINDSIGHT_SCYLLA_NODES")?;
-    let bin = std::env::current_exe()?.with_file_name("hindsight");
-    anyhow::ensure!(
-        bin.exists(),
-        "{} is missing: run `cargo build --release` first",
-        bin.display()
-    );
+    // The API section needs it: fail before the long sections, not after.
+    release_binary()?;
     let run = format!("bench_{}", std::process::id());
     let dir = std::env::temp_dir().join(format!("hindsight-bench-engines-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
@@ -98,7 +94,7 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
                 .await?;
         }
     }
-    pages(&bin, &dir, &cql("proj1"), &shapes[1], quick).await?;
+    pages(&dir, &cql("proj1"), &shapes[1], quick).await?;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
@@ -223,7 +219,6 @@ async fn project(
 /// The same 200-point page from `hindsight api` over Cassandra and over the
 /// embedded store holding the same projected data.
 async fn pages(
-    bin: &std::path::Path,
     dir: &std::path::Path,
     cql: &ScyllaConfig,
     shape: &Shape,
@@ -261,34 +256,20 @@ async fn pages(
             ],
         ),
     ] {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
-        let server = Server(
-            Command::new(bin)
-                .args(["api", "--listen", &format!("127.0.0.1:{port}")])
-                .args(&backend)
+        let server = Server::api(|c| {
+            c.args(&backend)
                 .env_remove("HINDSIGHT_KAFKA_BROKERS")
                 .env_remove("HINDSIGHT_SCYLLA_NODES")
-                .env("HINDSIGHT_LOG", "warn")
-                .stdout(Stdio::null())
-                .spawn()?,
-        );
-        let url = format!("http://127.0.0.1:{port}{path}");
+                .env("HINDSIGHT_LOG", "warn");
+        })?;
         // Ready once the page answers in full.
-        let deadline = Instant::now() + Duration::from_secs(60);
-        loop {
-            if let Ok(r) = client.get(&url).header("X-API-Key", KEY).send().await {
-                if r.status() == 200 {
-                    let v: serde_json::Value = r.json().await?;
-                    let n = v["data"].as_array().map_or(0, Vec::len);
-                    anyhow::ensure!(n == 200, "{name}: the page has {n} points, not 200");
-                    break;
-                }
-            }
-            anyhow::ensure!(Instant::now() < deadline, "{name}: api did not come up");
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        server
+            .until_ready(&client, &path, KEY, |body| {
+                serde_json::from_str::<serde_json::Value>(body)
+                    .is_ok_and(|v| v["data"].as_array().map_or(0, Vec::len) == 200)
+            })
+            .await?;
+        let url = format!("{}{path}", server.base);
         let f = load(&client, &url, 8, secs).await;
         if embedded_rps == 0.0 {
             embedded_rps = f.rps;

@@ -11,11 +11,12 @@
 //! Needs `cargo build --release` (the `hindsight` binary), nginx and the
 //! virtualenv `scripts/install-tools.sh` fills.
 
-use crate::api::{project_with_key, Server, KEY};
+use crate::api::{project_with_key, KEY};
 use crate::nginx::Nginx;
+use crate::process::Server;
 use hindsight::app::Embedded;
 use hindsight_schemas::*;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 /// 2006-01-01T00:00:00Z: 10 million minutes end in 2025.
@@ -33,15 +34,6 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
         .block_on(run_async(quick))
 }
 
-fn rss_mb(pid: u32, field: &str) -> f64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix(field))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
-}
-
 struct Pulled {
     bytes: Vec<u8>,
     secs: f64,
@@ -49,34 +41,28 @@ struct Pulled {
 }
 
 /// Downloads `url` whole, sampling the server's RSS every 100 ms.
-async fn pull(client: &reqwest::Client, url: &str, pid: u32) -> anyhow::Result<Pulled> {
+async fn pull(client: &reqwest::Client, url: &str, server: &Server) -> anyhow::Result<Pulled> {
     let started = Instant::now();
     let mut r = client.get(url).header("X-API-Key", KEY).send().await?;
     anyhow::ensure!(r.status() == 200, "{url}: {}", r.status());
     let mut bytes = Vec::new();
-    let mut rss_max: f64 = rss_mb(pid, "VmRSS:");
+    let mut rss_max: f64 = server.memory_mb("VmRSS:");
     let mut sampled = Instant::now();
     while let Some(piece) = r.chunk().await? {
         bytes.extend_from_slice(&piece);
         if sampled.elapsed() > Duration::from_millis(100) {
-            rss_max = rss_max.max(rss_mb(pid, "VmRSS:"));
+            rss_max = rss_max.max(server.memory_mb("VmRSS:"));
             sampled = Instant::now();
         }
     }
     Ok(Pulled {
         bytes,
         secs: started.elapsed().as_secs_f64(),
-        rss_max: rss_max.max(rss_mb(pid, "VmRSS:")),
+        rss_max: rss_max.max(server.memory_mb("VmRSS:")),
     })
 }
 
 async fn run_async(quick: bool) -> anyhow::Result<()> {
-    let bin = std::env::current_exe()?.with_file_name("hindsight");
-    anyhow::ensure!(
-        bin.exists(),
-        "{} is missing: run `cargo build --release` first",
-        bin.display()
-    );
     let python = std::path::PathBuf::from(std::env::var("HINDSIGHT_VENV").unwrap_or_else(|_| {
         format!(
             "{}/.cache/hindsight-venv",
@@ -131,39 +117,14 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
         started.elapsed().as_secs_f64()
     );
 
-    let port = std::net::TcpListener::bind("127.0.0.1:0")?
-        .local_addr()?
-        .port();
-    let server = Server(
-        Command::new(&bin)
-            .args([
-                "api",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--data-dir",
-            ])
-            .arg(&dir)
-            .stdout(Stdio::null())
-            .spawn()?,
-    );
-    let pid = server.0.id();
-    let base = format!("http://127.0.0.1:{port}");
+    let server = Server::api(|c| {
+        c.arg("--data-dir").arg(&dir);
+    })?;
+    let base = server.base.clone();
     let client = reqwest::Client::new();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        if let Ok(r) = client
-            .get(format!("{base}/v1/markets/xm"))
-            .header("X-API-Key", KEY)
-            .send()
-            .await
-        {
-            if r.status() == 200 {
-                break;
-            }
-        }
-        anyhow::ensure!(Instant::now() < deadline, "api did not come up");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    server
+        .until_ready(&client, "/v1/markets/xm", KEY, |_| true)
+        .await?;
     let end = START + rows * MINUTE;
     let url = |format: &str| {
         format!(
@@ -172,7 +133,7 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
             end / 1000
         )
     };
-    let idle = rss_mb(pid, "VmRSS:");
+    let idle = server.memory_mb("VmRSS:");
     println!("   API process RSS before exporting: {idle:.0} MB");
     println!(
         "   {:<34} {:>10} {:>9} {:>12} {:>14}",
@@ -180,7 +141,7 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
     );
     let mut csv = None;
     for format in ["csv", "parquet"] {
-        let got = pull(&client, &url(format), pid).await?;
+        let got = pull(&client, &url(format), &server).await?;
         let mb = got.bytes.len() as f64 / 1e6;
         println!(
             "   {:<34} {:>10.1} {:>9.1} {:>12.0} {:>14.0}",
@@ -202,7 +163,7 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
     }
     println!(
         "   peak RSS of the API process over both exports: {:.0} MB (before: {idle:.0} MB)",
-        rss_mb(pid, "VmHWM:")
+        server.memory_mb("VmHWM:")
     );
     drop(server);
 

@@ -34,6 +34,7 @@ mod engines;
 mod export;
 mod nginx;
 mod pipeline;
+mod process;
 mod rollup;
 mod shape;
 mod shapes;
@@ -69,18 +70,11 @@ fn main() -> anyhow::Result<()> {
     if all || which.contains(&"ticks") {
         ticks::run(quick)?;
     }
-    println!("peak RSS of this process: {:.0} MB", peak_rss_mb());
+    println!(
+        "peak RSS of this process: {:.0} MB",
+        process::memory_mb("self", "VmHWM:")
+    );
     Ok(())
-}
-
-/// VmHWM: the most resident memory this process ever had.
-pub fn peak_rss_mb() -> f64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<f64>().ok())
-        .map_or(f64::NAN, |kb| kb / 1024.0)
 }
 
 /// POSTs NDJSON bodies to an ingest URL over `connections` concurrent

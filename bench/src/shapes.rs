@@ -38,12 +38,7 @@ struct Answer {
 }
 
 pub fn run(quick: bool) -> anyhow::Result<()> {
-    let bin = std::env::current_exe()?.with_file_name("hindsight");
-    anyhow::ensure!(
-        bin.exists(),
-        "{} is missing: run `cargo build --release` first",
-        bin.display()
-    );
+    let bin = crate::process::release_binary()?;
     let venv = std::env::var_os("HINDSIGHT_VENV")
         .map(PathBuf::from)
         .unwrap_or_else(|| {
