@@ -386,14 +386,17 @@ async fn tick_routes_are_gated_by_plans_and_refused_where_not_served() {
             &json!("Your plan does not allow historical order books.")
         )
     );
-    // Market routes serve buckets only.
-    for kind in ["prices", "books", "metrics"] {
-        let (status, body) = get(
-            &app,
-            &format!("/v1/markets/{MARKET}/{kind}?resolution=tick&{RANGE}"),
-        )
-        .await;
-        assert_eq!(status, 422, "{kind}: {body}");
+    // Market routes and candles serve buckets only: `tick` there is refused
+    // as a request no plan can have answered (422), not as a plan limit
+    // (403), whatever the key's plan.
+    let bucket_routes = ["prices", "books", "metrics", "candles"]
+        .map(|kind| format!("/v1/markets/{MARKET}/{kind}"))
+        .into_iter()
+        .chain([format!("/v1/tokens/{YES}/candles")]);
+    for (route, key) in bucket_routes.flat_map(|r| [(r.clone(), API_KEY), (r, pro.as_str())]) {
+        let (status, _, body) =
+            get_as(&app, Some(key), &format!("{route}?resolution=tick&{RANGE}")).await;
+        assert_eq!(status, 422, "{route} with {key}: {body}");
         assert_eq!(body["detail"][0]["loc"], json!(["query", "resolution"]));
         assert!(
             body["detail"][0]["msg"]

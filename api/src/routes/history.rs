@@ -211,10 +211,10 @@ where
     F: Fn(String, read::Range) -> Fut + Copy,
     Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
 {
+    let res = q.bucket()?;
     check(caller, DataPoint::Prices, q)?;
     let token = token(state, token_id).await?;
     let bound = token_bound(state, caller, q, &token).await?;
-    let res = q.bucket()?;
     token_page(q, res, route, token, |id, range| {
         series(q, bound, read, id, range)
     })
@@ -236,10 +236,10 @@ where
     F: Fn(String, read::Range) -> Fut + Copy,
     Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
 {
+    let res = q.bucket()?;
     check(caller, DataPoint::Prices, q)?;
     let market = market(state, id_or_slug).await?;
     let bound = bound(caller, &market);
-    let res = q.bucket()?;
     market_page(&market, q, res, route, single_route, |id, range| {
         series(q, bound, read, id, range)
     })
