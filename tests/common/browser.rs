@@ -316,6 +316,14 @@ pub async fn explore_market(
         "{label}"
     );
     shot(browser, shots, &format!("{prefix}-market.png")).await;
+    // The chart's card, scrolled into view: the chart and its request.
+    let card = browser
+        .find(Locator::XPath("//section[.//*[@id='prices-0']]"))
+        .await
+        .unwrap();
+    let png = card.screenshot().await.unwrap();
+    assert!(png.starts_with(b"\x89PNG") && png.len() > 5_000);
+    std::fs::write(shots.join(format!("{prefix}-price-chart.png")), png).unwrap();
     // The snippet beside the chart, run as printed, fetches what is drawn.
     let snippet = browser
         .find(Locator::Id("py-prices-0"))

@@ -563,8 +563,13 @@ pub async fn market(
     let closed_at = t_of(&m["closed_at"]);
     let view = view(&form, &caller.plan, caller.now, closed_at);
     body.push_str(&pickers(&action, &caller.plan, &form, view.as_ref().ok()));
-    body.push_str(&request_panel("market", &detail, &base));
-    body.push_str("</section>");
+    // The market's own request is not a chart's: folded, so that the
+    // charts come first.
+    let _ = write!(
+        body,
+        r#"<details class="request-of"><summary>The <code>/v1</code> request of this market</summary>{}</details></section>"#,
+        request_panel("market", &detail, &base)
+    );
     let view = match view {
         Ok(view) => view,
         Err(why) => {
