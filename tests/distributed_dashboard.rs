@@ -45,6 +45,11 @@ fn create_account(ks: &Keyspace, dir: &std::path::Path, api: &str) -> String {
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
+async fn get(url: &str, key: &str) -> serde_json::Value {
+    let response = client().get(url).header("X-API-Key", key).send().await;
+    response.unwrap().json().await.unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn in_chromium_on_kafka_and_cassandra_an_owner_explores_a_market_and_its_snippet_fetches_the_chart(
 ) {
@@ -89,7 +94,7 @@ async fn in_chromium_on_kafka_and_cassandra_an_owner_explores_a_market_and_its_s
     let link = create_account(&ks, &dir.join("accounts"), &api);
 
     let browser = chromium::session(&driver).await;
-    chromium::set_password(&browser, &link).await;
+    chromium::set_password(&browser, &link, None).await;
     let key = chromium::create_key(&browser, "distributed notebook").await;
     chromium::shot(&browser, &shots, "d1-distributed-key.png").await;
 
@@ -102,26 +107,10 @@ async fn in_chromium_on_kafka_and_cassandra_an_owner_explores_a_market_and_its_s
         chromium::DAY + 86_400
     );
     loop {
-        let points = client()
-            .get(&prices)
-            .header("X-API-Key", &key)
-            .send()
-            .await
-            .unwrap()
-            .json::<serde_json::Value>()
-            .await
-            .unwrap()["data"]
+        let points = get(&prices, &key).await["data"]
             .as_array()
             .map_or(0, Vec::len);
-        let listed = client()
-            .get(format!("{api}/v1/markets?search=dsh"))
-            .header("X-API-Key", &key)
-            .send()
-            .await
-            .unwrap()
-            .json::<serde_json::Value>()
-            .await
-            .unwrap()["data"]
+        let listed = get(&format!("{api}/v1/markets?search=dsh"), &key).await["data"]
             .as_array()
             .map_or(0, Vec::len);
         if points == chromium::YES_POINTS && listed == 1 {

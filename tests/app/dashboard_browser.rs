@@ -52,31 +52,7 @@ async fn in_chromium_a_new_owner_sets_a_password_creates_a_key_uses_it_from_pyth
     let browser = session(&driver).await;
 
     // The sign-in link: set a password.
-    browser.goto(&link).await.unwrap();
-    for field in ["password", "again"] {
-        browser
-            .find(Locator::Id(field))
-            .await
-            .unwrap()
-            .send_keys(chromium::PASSWORD)
-            .await
-            .unwrap();
-    }
-    shot(&browser, &shots, "01-set-password.png").await;
-    browser
-        .find(Locator::Css(
-            "form[action='/dashboard/link'] button[type=submit]",
-        ))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    browser
-        .wait()
-        .for_element(Locator::Id("key-name"))
-        .await
-        .expect("the keys page after setting the password");
+    chromium::set_password(&browser, &link, Some((&shots, "01-set-password.png"))).await;
     assert_eq!(browser.current_url().await.unwrap().path(), "/dashboard");
     shot(&browser, &shots, "02-signed-in.png").await;
 

@@ -187,8 +187,9 @@ pub fn python(code: &str, key: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Follows a sign-in link and sets the password: the keys page.
-pub async fn set_password(browser: &Client, link: &str) {
+/// Follows a sign-in link and sets the password: the keys page. With
+/// `shot_as`, a screenshot of the filled form.
+pub async fn set_password(browser: &Client, link: &str, shot_as: Option<(&Path, &str)>) {
     browser.goto(link).await.unwrap();
     for field in ["password", "again"] {
         browser
@@ -198,6 +199,9 @@ pub async fn set_password(browser: &Client, link: &str) {
             .send_keys(PASSWORD)
             .await
             .unwrap();
+    }
+    if let Some((dir, name)) = shot_as {
+        shot(browser, dir, name).await;
     }
     browser
         .find(Locator::Css(

@@ -12,7 +12,8 @@
 use super::charts;
 use super::html::{self, esc};
 use super::v1::{self, Answer, Route, V1Request};
-use super::{public_url, require, DashError};
+use super::{public_url, require, DashError, SignedIn};
+use crate::auth::Caller;
 use crate::plans::Plan;
 use crate::query::HISTORY_LIMIT_MAX;
 use crate::ApiState;
@@ -72,6 +73,72 @@ fn refusal(answer: &Answer) -> String {
         answer.status,
         esc(&answer.detail())
     )
+}
+
+/// A signed-in explorer's request: the organization as a `/v1` caller,
+/// the address its snippets use, the page's query.
+struct Explorer {
+    state: ApiState,
+    me: SignedIn,
+    caller: Caller,
+    base: String,
+    form: Vec<(String, String)>,
+}
+
+impl Explorer {
+    /// The signed-in browser's explorer, or the redirect to sign in.
+    async fn open(
+        state: ApiState,
+        headers: &HeaderMap,
+        raw: Option<String>,
+    ) -> Result<Result<Explorer, Response>, DashError> {
+        let me = match require(&state, headers).await? {
+            Ok(me) => me,
+            Err(redirect) => return Ok(Err(redirect)),
+        };
+        Ok(Ok(Explorer {
+            caller: v1::caller(&state, &me)?,
+            base: public_url(&state, headers),
+            form: pairs(raw),
+            state,
+            me,
+        }))
+    }
+
+    async fn send(&self, request: &V1Request) -> Answer {
+        request.send(&self.state, &self.caller).await
+    }
+
+    /// A card of one request: what `draw` makes of its answer (a 200),
+    /// beside the request. A 404 is a note (`id="{n}-none"`), any other
+    /// answer the API's refusal.
+    async fn card(
+        &self,
+        n: &str,
+        title: &str,
+        request: &V1Request,
+        draw: impl FnOnce(&Value) -> String,
+    ) -> String {
+        let answer = self.send(request).await;
+        let figure = match answer.status {
+            200 => draw(&answer.body),
+            404 => format!(
+                r#"<p class="muted" id="{n}-none">{}</p>"#,
+                esc(&answer.detail())
+            ),
+            _ => refusal(&answer),
+        };
+        format!(
+            r#"<section class="card"><h2>{}</h2><div class="explore-row"><figure class="grow">{figure}</figure>{}</div></section>"#,
+            esc(title),
+            request_panel(n, request, &self.base)
+        )
+    }
+
+    fn page(&self, status: StatusCode, title: &str, body: &str) -> Response {
+        let page = html::page(title, Some(&self.me.nav()), body);
+        (status, super::html_page(page)).into_response()
+    }
 }
 
 // ---- the search -------------------------------------------------------------------
@@ -275,38 +342,31 @@ pub async fn markets(
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, DashError> {
-    let me = match require(&state, &headers).await? {
-        Ok(me) => me,
+    let x = match Explorer::open(state, &headers, raw).await? {
+        Ok(x) => x,
         Err(redirect) => return Ok(redirect),
     };
-    let caller = v1::caller(&state, &me)?;
-    let form = pairs(raw);
-    let request = V1Request::new(Route::Markets, &search_query(&form));
-    let answer = request.send(&state, &caller).await;
-    let base = public_url(&state, &headers);
+    let request = V1Request::new(Route::Markets, &search_query(&x.form));
+    let answer = x.send(&request).await;
     let mut body = String::from(r#"<section class="card"><h1>Explore markets</h1>"#);
-    body.push_str(&search_form(&form));
+    body.push_str(&search_form(&x.form));
     body.push_str("</section>");
     let found = if answer.ok() {
-        results(&answer.body, &form)
+        results(&answer.body, &x.form)
     } else {
         refusal(&answer)
     };
     let _ = write!(
         body,
         r#"<section class="card"><h2>Markets</h2><div class="explore-row"><div class="grow">{found}</div>{}</div></section>"#,
-        request_panel("markets", &request, &base)
+        request_panel("markets", &request, &x.base)
     );
     let status = if answer.ok() {
         StatusCode::OK
     } else {
         StatusCode::BAD_REQUEST
     };
-    Ok((
-        status,
-        super::html_page(html::page("Explore", Some(&me.nav()), &body)),
-    )
-        .into_response())
+    Ok(x.page(status, "Explore", &body))
 }
 
 // ---- a market ----------------------------------------------------------------------
@@ -516,13 +576,6 @@ fn more(body: &Value) -> &'static str {
     }
 }
 
-fn chart_card(title: &str, figure: &str, panel: &str) -> String {
-    format!(
-        r#"<section class="card"><h2>{}</h2><div class="explore-row"><figure class="grow">{figure}</figure>{panel}</div></section>"#,
-        esc(title)
-    )
-}
-
 /// `/dashboard/markets/{id_or_slug}`: a market's charts and requests.
 pub async fn market(
     State(state): State<ApiState>,
@@ -530,25 +583,19 @@ pub async fn market(
     RawQuery(raw): RawQuery,
     headers: HeaderMap,
 ) -> Result<Response, DashError> {
-    let me = match require(&state, &headers).await? {
-        Ok(me) => me,
+    let x = match Explorer::open(state, &headers, raw).await? {
+        Ok(x) => x,
         Err(redirect) => return Ok(redirect),
     };
-    let caller = v1::caller(&state, &me)?;
-    let base = public_url(&state, &headers);
-    let form = pairs(raw);
     let detail = V1Request::new(Route::Market(id_or_slug.clone()), &[]);
-    let found = detail.send(&state, &caller).await;
+    let found = x.send(&detail).await;
     if found.status == 404 {
         return Err(DashError::NotFound(found.detail()));
     }
     let m = &found.body;
     let market_id = m["id"].as_str().unwrap_or(&id_or_slug).to_string();
     let question = m["question"].as_str().unwrap_or(&market_id).to_string();
-    let action = format!(
-        "/dashboard/markets/{}",
-        percent_encoding::utf8_percent_encode(&market_id, percent_encoding::NON_ALPHANUMERIC)
-    );
+    let action = format!("/dashboard/markets/{}", v1::segment(&market_id));
     let mut body = format!(
         r#"<p><a href="/dashboard/markets">← All markets</a></p><section class="card"><h1>{}</h1><p class="muted">Market <code>{}</code> · slug <code>{}</code> · {}</p>"#,
         esc(&question),
@@ -559,16 +606,16 @@ pub async fn market(
     if !found.ok() {
         body.push_str(&refusal(&found));
     }
-    body.push_str(&plan_line(&caller.plan));
-    let closed_at = t_of(&m["closed_at"]);
-    let view = view(&form, &caller.plan, caller.now, closed_at);
-    body.push_str(&pickers(&action, &caller.plan, &form, view.as_ref().ok()));
+    let plan = &x.caller.plan;
+    body.push_str(&plan_line(plan));
+    let view = view(&x.form, plan, x.caller.now, t_of(&m["closed_at"]));
+    body.push_str(&pickers(&action, plan, &x.form, view.as_ref().ok()));
     // The market's own request is not a chart's: folded, so that the
     // charts come first.
     let _ = write!(
         body,
         r#"<details class="request-of"><summary>The <code>/v1</code> request of this market</summary>{}</details></section>"#,
-        request_panel("market", &detail, &base)
+        request_panel("market", &detail, &x.base)
     );
     let view = match view {
         Ok(view) => view,
@@ -578,8 +625,7 @@ pub async fn market(
                 r#"<p class="card error" role="alert">{}</p>"#,
                 esc(&why)
             );
-            let page = html::page(&question, Some(&me.nav()), &body);
-            return Ok((StatusCode::BAD_REQUEST, super::html_page(page)).into_response());
+            return Ok(x.page(StatusCode::BAD_REQUEST, &question, &body));
         }
     };
     let range = [
@@ -588,95 +634,56 @@ pub async fn market(
         ("resolution", view.resolution.as_str().to_string()),
         ("limit", HISTORY_LIMIT_MAX.to_string()),
     ];
+    let span = (view.start, view.end);
+    let res = view.resolution.as_str();
     let empty = Vec::new();
-    let tokens = m["tokens"].as_array().unwrap_or(&empty);
-    for (i, token) in tokens.iter().enumerate() {
+    for (i, token) in m["tokens"].as_array().unwrap_or(&empty).iter().enumerate() {
         let id = token["id"].as_str().unwrap_or_default().to_string();
         let label = token["label"].as_str().unwrap_or(&id).to_string();
+        let n = format!("prices-{i}");
         let prices = V1Request::new(Route::TokenPrices(id.clone()), &range);
-        let answer = prices.send(&state, &caller).await;
-        let figure = if answer.ok() {
-            let what = format!("Price of {label} at {}", view.resolution.as_str());
-            let points = series(&answer.body, "p");
-            charts::line(
-                &format!("prices-{i}"),
-                &what,
-                &points,
-                (view.start, view.end),
-                Some((0.0, 1.0)),
-            ) + more(&answer.body)
-        } else {
-            refusal(&answer)
-        };
-        body.push_str(&chart_card(
-            &format!("Price of “{label}”"),
-            &figure,
-            &request_panel(&format!("prices-{i}"), &prices, &base),
-        ));
-        let book = V1Request::new(
-            Route::TokenBook(id.clone()),
-            &[("ts", (view.book_at.0 / 1000).to_string())],
+        let what = format!("Price of {label} at {res}");
+        body.push_str(
+            &x.card(&n, &format!("Price of “{label}”"), &prices, |page| {
+                charts::line(&n, &what, &series(page, "p"), span, Some((0.0, 1.0))) + more(page)
+            })
+            .await,
         );
-        let answer = book.send(&state, &caller).await;
-        let figure = if answer.ok() {
-            let at = t_of(&answer.body["t"]).map_or_else(|| "-".into(), html::when);
-            let what = format!("Order book of {label}, snapshot of {at}");
-            format!(
-                r#"{}<p class="muted">The latest snapshot at or before {}: taken {}.</p>"#,
-                charts::depth(
-                    &format!("book-{i}"),
-                    &what,
-                    &levels(&answer.body["bids"]),
-                    &levels(&answer.body["asks"])
-                ),
-                esc(&html::when(view.book_at)),
-                esc(&at)
-            )
-        } else if answer.status == 404 {
-            format!(
-                r#"<p class="muted" id="book-{i}-none">{}</p>"#,
-                esc(&answer.detail())
-            )
-        } else {
-            refusal(&answer)
-        };
-        body.push_str(&chart_card(
-            &format!("Order book of “{label}”"),
-            &figure,
-            &request_panel(&format!("book-{i}"), &book, &base),
-        ));
+        let n = format!("book-{i}");
+        let ts = (view.book_at.0 / 1000).to_string();
+        let book = V1Request::new(Route::TokenBook(id), &[("ts", ts)]);
+        body.push_str(
+            &x.card(&n, &format!("Order book of “{label}”"), &book, |book| {
+                let at = t_of(&book["t"]).map_or_else(|| "-".into(), html::when);
+                let what = format!("Order book of {label}, snapshot of {at}");
+                format!(
+                    r#"{}<p class="muted">The latest snapshot at or before {}: taken {}.</p>"#,
+                    charts::depth(&n, &what, &levels(&book["bids"]), &levels(&book["asks"])),
+                    esc(&html::when(view.book_at)),
+                    esc(&at)
+                )
+            })
+            .await,
+        );
     }
-    let metrics = V1Request::new(Route::MarketMetrics(market_id.clone()), &range);
-    let answer = metrics.send(&state, &caller).await;
-    let figure = if answer.ok() {
-        let mut out = String::new();
-        for name in ["volume", "liquidity", "spread"] {
-            let what = format!("Market {name} at {}", view.resolution.as_str());
-            let _ = write!(
-                out,
-                "<h3>{}</h3>{}",
-                name,
-                charts::line(
+    let metrics = V1Request::new(Route::MarketMetrics(market_id), &range);
+    body.push_str(
+        &x.card("metrics", "Metrics", &metrics, |page| {
+            let mut out = String::new();
+            for name in ["volume", "liquidity", "spread"] {
+                let what = format!("Market {name} at {res}");
+                let chart = charts::line(
                     &format!("metrics-{name}"),
                     &what,
-                    &series(&answer.body, name),
-                    (view.start, view.end),
-                    None
-                )
-            );
-        }
-        out + more(&answer.body)
-    } else {
-        refusal(&answer)
-    };
-    body.push_str(&chart_card(
-        "Metrics",
-        &figure,
-        &request_panel("metrics", &metrics, &base),
-    ));
-    Ok(super::html_page(html::page(
-        &question,
-        Some(&me.nav()),
-        &body,
-    )))
+                    &series(page, name),
+                    span,
+                    None,
+                );
+                let _ = write!(out, "<h3>{name}</h3>{chart}");
+            }
+            out + more(page)
+        })
+        .await,
+    );
+    Ok(x.page(StatusCode::OK, &question, &body))
 }

@@ -43,7 +43,8 @@ const SEGMENT: &AsciiSet = &NON_ALPHANUMERIC
     .remove(b'_')
     .remove(b'~');
 
-fn segment(id: &str) -> String {
+/// `id` as one path segment.
+pub fn segment(id: &str) -> String {
     utf8_percent_encode(id, SEGMENT).to_string()
 }
 
