@@ -440,11 +440,7 @@ fn view(
                 let list: Vec<String> = RANGES.iter().map(|d| format!("{d}d")).collect();
                 format!("range {text:?} is not one of {}", list.join(", "))
             })?,
-        None => ranges(plan)
-            .into_iter()
-            .filter(|d| *d <= 7)
-            .next_back()
-            .unwrap_or(1),
+        None => ranges(plan).into_iter().rfind(|d| *d <= 7).unwrap_or(1),
     };
     let end_day = match field(form, "end") {
         Some(text) => NaiveDate::parse_from_str(text, "%Y-%m-%d")
