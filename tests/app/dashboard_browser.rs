@@ -118,20 +118,13 @@ async fn in_chromium_a_new_owner_sets_a_password_creates_a_key_uses_it_from_pyth
         .goto(&format!("{}/dashboard", app.api))
         .await
         .unwrap();
-    browser
-        .find(Locator::Css(
-            "button[aria-label='Revoke research notebook']",
-        ))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    browser
-        .wait()
-        .for_element(Locator::Css("span.badge.revoked"))
-        .await
-        .expect("the key shown revoked");
+    chromium::click_then(
+        &browser,
+        "button[aria-label='Revoke research notebook']",
+        Locator::Css("span.badge.revoked"),
+        "the key shown revoked",
+    )
+    .await;
     shot(&browser, &shots, "05-revoked.png").await;
     let refused = python(
         &app.api,

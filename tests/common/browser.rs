@@ -187,6 +187,27 @@ pub fn python(code: &str, key: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Clicks the element `css` and waits for `then` on the page it leads to.
+pub async fn click_then(
+    browser: &Client,
+    css: &str,
+    then: Locator<'_>,
+    what: &str,
+) -> fantoccini::elements::Element {
+    browser
+        .find(Locator::Css(css))
+        .await
+        .unwrap_or_else(|e| panic!("no {css} to click: {e}"))
+        .click()
+        .await
+        .unwrap();
+    browser
+        .wait()
+        .for_element(then)
+        .await
+        .unwrap_or_else(|e| panic!("{what}: {e}"))
+}
+
 /// Follows a sign-in link and sets the password: the keys page. With
 /// `shot_as`, a screenshot of the filled form.
 pub async fn set_password(browser: &Client, link: &str, shot_as: Option<(&Path, &str)>) {
@@ -203,20 +224,13 @@ pub async fn set_password(browser: &Client, link: &str, shot_as: Option<(&Path, 
     if let Some((dir, name)) = shot_as {
         shot(browser, dir, name).await;
     }
-    browser
-        .find(Locator::Css(
-            "form[action='/dashboard/link'] button[type=submit]",
-        ))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    browser
-        .wait()
-        .for_element(Locator::Id("key-name"))
-        .await
-        .expect("the keys page after setting the password");
+    click_then(
+        browser,
+        "form[action='/dashboard/link'] button[type=submit]",
+        Locator::Id("key-name"),
+        "the keys page after setting the password",
+    )
+    .await;
 }
 
 /// Creates a key named `name` on the keys page: the secret shown once.
@@ -228,23 +242,16 @@ pub async fn create_key(browser: &Client, name: &str) -> String {
         .send_keys(name)
         .await
         .unwrap();
-    browser
-        .find(Locator::Css(
-            "form[action='/dashboard/keys'] button[type=submit]",
-        ))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let key = browser
-        .wait()
-        .for_element(Locator::Id("new-key"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let key = click_then(
+        browser,
+        "form[action='/dashboard/keys'] button[type=submit]",
+        Locator::Id("new-key"),
+        "the new key shown",
+    )
+    .await
+    .text()
+    .await
+    .unwrap();
     assert!(key.starts_with("hsk_") && key.len() == 68, "{key}");
     key
 }
@@ -278,20 +285,13 @@ pub async fn explore_market(
         .await
         .unwrap();
     search.send_keys(market).await.unwrap();
-    browser
-        .find(Locator::Css("form[role=search] button[type=submit]"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    let link = browser
-        .wait()
-        .for_element(Locator::Css(&format!(
-            "#markets a[href='/dashboard/markets/{market}']"
-        )))
-        .await
-        .expect("the market among the search results");
+    let link = click_then(
+        browser,
+        "form[role=search] button[type=submit]",
+        Locator::Css(&format!("#markets a[href='/dashboard/markets/{market}']")),
+        "the market among the search results",
+    )
+    .await;
     shot(browser, shots, &format!("{prefix}-search.png")).await;
     link.click().await.unwrap();
     browser
