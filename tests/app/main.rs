@@ -13,6 +13,7 @@ mod cursors;
 mod dashboard;
 mod dashboard_browser;
 mod estimate;
+mod explore;
 mod export;
 mod faults;
 mod helpers;

@@ -43,7 +43,7 @@ pub fn page(title: &str, nav: Option<&Nav>, body: &str) -> String {
     if let Some(nav) = nav {
         let _ = write!(
             header,
-            r#"<nav aria-label="Dashboard"><a href="/dashboard">Keys</a><a href="/dashboard/usage">Usage</a>
+            r#"<nav aria-label="Dashboard"><a href="/dashboard">Keys</a><a href="/dashboard/usage">Usage</a><a href="/dashboard/markets">Explore</a>
 <span class="muted">{} · {}</span>
 <form class="inline" method="post" action="/dashboard/sign-out">{}<button class="secondary" type="submit">Sign out</button></form></nav>"#,
             esc(nav.email),

@@ -5,6 +5,8 @@
 //! - [`accounts`]: organizations, sign-in links, passwords, sessions.
 //! - [`html`]: the pages, every user-controlled text escaped.
 //! - [`usage`]: the usage page and its chart.
+//! - [`explore`]: searching markets and a market's charts, each beside
+//!   the `/v1` request it was drawn from ([`v1`]), drawn by [`charts`].
 //!
 //! Security, in one place:
 //! - The session is a random cookie (`hs_session`, `HttpOnly`,
@@ -26,8 +28,11 @@
 //!   security policy allowing only this origin's stylesheet and script.
 
 pub mod accounts;
+pub mod charts;
+pub mod explore;
 pub mod html;
 pub mod usage;
+pub mod v1;
 
 use crate::keys;
 use crate::ApiState;
@@ -126,6 +131,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/dashboard/keys/{key_id}/revoke", post(revoke_key))
         .route("/dashboard/keys/{key_id}/rotate", post(rotate_key))
         .route("/dashboard/usage", get(usage::page))
+        .route("/dashboard/markets", get(explore::markets))
+        .route("/dashboard/markets/{id_or_slug}", get(explore::market))
         .route("/dashboard/assets/app.css", get(css))
         .route("/dashboard/assets/app.js", get(js))
         .layer(middleware::from_fn(page_headers))
