@@ -98,25 +98,36 @@ pub async fn meter(
     request: Request,
     next: Next,
 ) -> Response {
+    match take(&state, &caller).await {
+        Err(refused) => refused.into_response(),
+        Ok(rate) => {
+            let mut response = next.run(request).await;
+            if let Some(rate) = rate {
+                rate_headers(&mut response, &rate);
+            }
+            response
+        }
+    }
+}
+
+/// Takes one request from the caller's plan limit: where the caller then
+/// stands (`None` on unlimited plans), or the 429 when the limit is
+/// reached. Keys' requests take it in [`meter`]; the dashboard's explorer
+/// takes it for the `/v1` requests it runs for an organization.
+pub async fn take(state: &ApiState, caller: &Caller) -> Result<Option<RateState>, ApiError> {
     let Some(limit) = caller.plan.requests_per_minute else {
-        return next.run(request).await;
+        return Ok(None);
     };
-    let taken = match state
+    let taken = state
         .keys
         .take_hit(&caller.key.key_id, caller.now, limit)
-        .await
-    {
-        Ok(taken) => taken,
-        Err(e) => return ApiError::from(e).into_response(),
-    };
+        .await?;
     let rate = RateState::of(limit, &taken.hits, caller.now);
     if !taken.admitted {
         metrics::counter!(tm::API_RATE_LIMITED).increment(1);
-        return ApiError::RateLimited(rate).into_response();
+        return Err(ApiError::RateLimited(rate));
     }
-    let mut response = next.run(request).await;
-    rate_headers(&mut response, &rate);
-    response
+    Ok(Some(rate))
 }
 
 /// Where the caller stands, without counting a request; `None` on

@@ -260,6 +260,33 @@ async fn the_pickers_offer_what_the_plan_allows_and_the_page_explains_a_refusal(
 }
 
 #[tokio::test]
+async fn the_explorers_requests_take_from_the_organizations_rate_limit() {
+    let app = seeded("explore-rate").await;
+    let mut browser = signed_in(&app, "busy", "free").await;
+    // The free plan's 60 requests a minute (the test clock stands still):
+    // each market page asks several, so a dozen loads must reach the limit.
+    let first = browser.get("/dashboard/markets/ex").await.body;
+    assert!(!first.contains(r#"data-status="429""#), "{first}");
+    let mut limited = None;
+    for load in 2..=20 {
+        let page = browser.get("/dashboard/markets/ex").await.body;
+        if page.contains(r#"data-status="429""#) {
+            limited = Some((load, page));
+            break;
+        }
+    }
+    let (load, page) = limited.expect("20 market pages never met the free plan's limit");
+    assert!(load > 2, "limited at load {load}");
+    assert!(
+        page.contains("rate limit exceeded, try again later"),
+        "{page}"
+    );
+    // The organization's count is its own: a key's requests still pass.
+    let (status, _, _) = get_as(&app, Some(API_KEY), "/v1/markets/ex").await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
 async fn the_search_takes_the_v1_markets_filters_and_pages_through_them() {
     let app = spawn_app("explore-search").await;
     let lines = ["s1", "s2", "s3"].map(market_line).join("\n");

@@ -6,8 +6,10 @@
 //! reads as a client's request ([`V1Request::send`]). What is drawn is
 //! therefore what the copyable `curl` and Python snippets fetch, and a
 //! plan's refusal is the API's own message. The signed-in organization is
-//! the caller ([`caller`]): its plan, the API's clock; the request is
-//! neither metered nor counted in any key's usage (no key made it).
+//! the caller ([`caller`]): its plan, the API's clock. Each request takes
+//! one from the plan's rate limit, counted for the organization as if it
+//! were one more key (`dashboard:{org}`), so the pages are no way around a
+//! plan's limit; it is not counted in any key's usage (no key made it).
 
 use super::{DashError, SignedIn};
 use crate::auth::Caller;
@@ -250,6 +252,9 @@ impl V1Request {
     }
 
     async fn respond(&self, state: &ApiState, caller: Caller) -> Response {
+        if let Err(refused) = crate::auth::take(state, &caller).await {
+            return refused.into_response();
+        }
         let uri = self.path_and_query();
         let request = Request::builder()
             .uri(uri.as_str())
@@ -306,7 +311,7 @@ pub fn caller(state: &ApiState, me: &SignedIn) -> Result<Caller, DashError> {
     let now = state.clock.now();
     Ok(Caller {
         key: ApiKeyRecord {
-            key_id: "dashboard".into(),
+            key_id: format!("dashboard:{}", me.org.name),
             hash: [0; 32],
             organization: me.org.name.clone(),
             plan: me.org.plan.clone(),
