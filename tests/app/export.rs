@@ -446,12 +446,18 @@ fn candle_rows(input: &Input, all: &[Trade], tokens: &[&str], width: i64) -> Vec
     rows
 }
 
+/// A file's rows, each cell as text.
+type Rows = Vec<Vec<String>>;
+
+/// Each column's name, Arrow type and nullability.
+type Columns = Vec<(String, String, bool)>;
+
 /// Every row of a Parquet file as text, as CSV writes it (an empty field
-/// for a null), with each column's Arrow type and nullability.
-fn parquet_rows(bytes: Vec<u8>) -> (Vec<(String, String, bool)>, Vec<Vec<String>>) {
+/// for a null), with its columns.
+fn parquet_rows(bytes: Vec<u8>) -> (Columns, Rows) {
     use arrow_array::{Array, Float64Array, Int64Array, StringArray, TimestampMillisecondArray};
     let reader = ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(bytes)).unwrap();
-    let schema: Vec<(String, String, bool)> = reader
+    let schema: Columns = reader
         .schema()
         .fields()
         .iter()
@@ -575,7 +581,8 @@ async fn exported_trades_candles_and_ticks_equal_the_raw_input_in_csv_and_parque
         candles_1m.iter().any(|r| r[9].is_empty()) && candles_1m.iter().any(|r| !r[9].is_empty()),
         "buckets with and without trades"
     );
-    let cases: Vec<(String, Vec<&str>, Vec<Vec<String>>)> = vec![
+    // Path, header, rows computed from the raw input.
+    let cases: Vec<(String, Vec<&str>, Rows)> = vec![
         (
             format!("/v1/export/trades?market_id=m1&{range}&resolution=tick"),
             vec![

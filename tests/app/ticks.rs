@@ -198,13 +198,11 @@ fn expected_candles(all: &[Raw], token: &str, width_ms: i64) -> Vec<Value> {
                 size,
                 id,
                 ..
-            } if *t == token => {
-                if id.as_ref().is_none_or(|id| ids_seen.insert(id.clone())) {
-                    trades
-                        .entry(bucket(*ms))
-                        .or_default()
-                        .push((*ms, arrival, *size));
-                }
+            } if *t == token && id.as_ref().is_none_or(|id| ids_seen.insert(id.clone())) => {
+                trades
+                    .entry(bucket(*ms))
+                    .or_default()
+                    .push((*ms, arrival, *size));
             }
             _ => {}
         }

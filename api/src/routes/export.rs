@@ -1,5 +1,7 @@
 //! Bulk export: a whole range of one token's or one market's history as a
-//! single CSV or Parquet file, instead of hundreds of 200-point pages.
+//! single CSV or Parquet file, instead of hundreds of 200-point pages:
+//! buckets (prices, books, metrics, candles with their trades) or ticks
+//! (prices and books at `resolution=tick`, trades), read by the same job.
 //!
 //! The handler checks the plan and the series, then answers at once with a
 //! streamed body. A task reads the store [`CHUNK`] points at a time into an
@@ -614,7 +616,7 @@ impl Job {
                     Kind::Prices => TickKind::Price,
                     Kind::Books => TickKind::Book,
                     Kind::Trades => TickKind::Trade,
-                    // `Kind::granularity` lets no other kind through at tick.
+                    // `Kind::check_granularity` lets no other kind through at tick.
                     Kind::Metrics | Kind::Candles => {
                         return Err(Stop::Encode(EncodeError(format!(
                             "{} exported at tick",
@@ -667,6 +669,7 @@ impl Job {
                     let next = |p: &read::CandlePoint| Timestamp(p.t.0 + width);
                     self.drain(s, enc, start, read, next).await?
                 }
+                // `Kind::check_granularity` lets trades through at tick only.
                 Kind::Trades => {
                     return Err(Stop::Encode(EncodeError(
                         "trades exported per bucket".into(),
