@@ -584,7 +584,7 @@ async fn exported_trades_candles_and_ticks_equal_the_raw_input_in_csv_and_parque
     // Path, header, rows computed from the raw input.
     let cases: Vec<(String, Vec<&str>, Rows)> = vec![
         (
-            format!("/v1/export/trades?market_id=m1&{range}&resolution=tick"),
+            format!("/v1/export/trades?market_id=m1&{range}"),
             vec![
                 "market_id",
                 "token_id",
@@ -597,7 +597,8 @@ async fn exported_trades_candles_and_ticks_equal_the_raw_input_in_csv_and_parque
             trade_rows(&all, &both),
         ),
         (
-            format!("/v1/export/trades?token_id=m1-no&{range}&resolution=tick"),
+            // Trades take no `resolution`: one given is ignored.
+            format!("/v1/export/trades?token_id=m1-no&{range}&resolution=1h"),
             vec![
                 "market_id",
                 "token_id",
@@ -733,15 +734,9 @@ async fn trades_and_tick_exports_are_gated_by_the_plan() {
     for (key, path, status, reason) in [
         (
             &free,
-            format!("/v1/export/trades?token_id=m1-yes&{range}&resolution=tick"),
+            format!("/v1/export/trades?token_id=m1-yes&{range}"),
             403,
             "historical trades",
-        ),
-        (
-            &pro,
-            format!("/v1/export/trades?token_id=m1-yes&{range}&resolution=1m"),
-            422,
-            "one by one",
         ),
         (
             &pro,
@@ -772,7 +767,7 @@ async fn trades_and_tick_exports_are_gated_by_the_plan() {
     }
     // A plan with trades exports them whatever its finest bucket.
     for path in [
-        format!("/v1/export/trades?token_id=m1-yes&{range}&resolution=tick"),
+        format!("/v1/export/trades?token_id=m1-yes&{range}"),
         format!("/v1/export/candles?market_id=m1&{range}&resolution=1m"),
     ] {
         let (status, _, bytes) = export(&app, &pro, &path).await;

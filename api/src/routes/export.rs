@@ -27,7 +27,7 @@ use crate::export::{
     integer, number, optional, text, time, Cell, Column, EncodeError, Encoder, Format,
 };
 use crate::plans::DataPoint;
-use crate::query::{ExportQuery, MarketExportQuery};
+use crate::query::{ExportQuery, MarketExportQuery, TradesExportQuery};
 use crate::ApiState;
 use axum::body::Body;
 use axum::extract::State;
@@ -164,26 +164,24 @@ impl Kind {
         }
     }
 
-    /// Refuses (422) a resolution the kind is not kept at: trades exist
-    /// only one by one (`tick`), candles and metrics only per bucket.
+    /// Refuses (422) `tick` for candles and metrics, kept only per bucket.
+    /// (Trades take no `resolution`: their query is always `tick`.)
     fn check_granularity(self, asked: Granularity) -> Result<(), ApiError> {
-        let refusal = match (self, asked) {
-            (Kind::Trades, Granularity::Bucket(_)) => {
-                "Trades are exported one by one: resolution=tick".to_string()
+        match (self, asked) {
+            (Kind::Candles | Kind::Metrics, Granularity::Tick) => {
+                Err(ApiError::Validation(vec![crate::error::issue(
+                    "query",
+                    "resolution",
+                    format!(
+                        "{} are kept per bucket: give a resolution from 1m to 1d \
+                         (tick exports prices and books)",
+                        self.as_str()
+                    ),
+                    "enum",
+                )]))
             }
-            (Kind::Candles | Kind::Metrics, Granularity::Tick) => format!(
-                "{} are kept per bucket: give a resolution from 1m to 1d \
-                 (tick exports prices, books and trades)",
-                self.as_str()
-            ),
-            _ => return Ok(()),
-        };
-        Err(ApiError::Validation(vec![crate::error::issue(
-            "query",
-            "resolution",
-            refusal,
-            "enum",
-        )]))
+            _ => Ok(()),
+        }
     }
 
     /// The plan's gate: the history route's (data point, finest
@@ -351,14 +349,14 @@ export_route!(
 );
 export_route!(
     export_trades,
-    ExportQuery,
+    TradesExportQuery,
     Kind::Trades,
     "/v1/export/trades",
     "Trades of a token, or of every token of a market, as one file: columns \
      `market_id, token_id, t, price, size, side, trade_id` (`trade_id` empty/null when the \
      trade had none), by token, then time (ties in log order); a repeated trade id once, \
-     at its first arrival. Trades are exported one by one: `resolution=tick` (gated as \
-     `/v1/tokens/{token_id}/trades`: the plan's trades and lookback)."
+     at its first arrival. Trades are exported one by one (no `resolution`), gated as \
+     `/v1/tokens/{token_id}/trades`: the plan's trades and lookback."
 );
 export_route!(
     export_candles,
@@ -669,7 +667,7 @@ impl Job {
                     let next = |p: &read::CandlePoint| Timestamp(p.t.0 + width);
                     self.drain(s, enc, start, read, next).await?
                 }
-                // `Kind::check_granularity` lets trades through at tick only.
+                // Trades are always queried at tick (`TradesExportQuery`).
                 Kind::Trades => {
                     return Err(Stop::Encode(EncodeError(
                         "trades exported per bucket".into(),
