@@ -6,13 +6,17 @@
 //! Both formats carry the same columns in the same order. CSV follows
 //! RFC 4180 (a header row, `\r\n`, fields quoted only when they must be);
 //! times are ISO 8601 UTC as in `/v1` pages, numbers the shortest text that
-//! reads back as the same `f64`. Parquet types times as
-//! `TIMESTAMP(MILLIS, UTC)`, numbers as `DOUBLE`, text as UTF-8 `STRING`,
+//! reads back as the same `f64`, counts as decimal integers, and an absent
+//! value (a nullable column's) as an empty field. Parquet types times as
+//! `TIMESTAMP(MILLIS, UTC)`, numbers as `DOUBLE`, counts as `INT64`, text
+//! as UTF-8 `STRING`, absent values as nulls of nullable columns,
 //! snappy-compressed, one row group per [`ROW_GROUP_ROWS`] rows or
 //! [`ROW_GROUP_BYTES`] of buffered data, whichever comes first: the row
 //! group is the unit Parquet must hold in memory before writing it.
 
-use arrow_array::builder::{Float64Builder, StringBuilder, TimestampMillisecondBuilder};
+use arrow_array::builder::{
+    Float64Builder, Int64Builder, StringBuilder, TimestampMillisecondBuilder,
+};
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, TimeUnit};
 use hindsight_schemas::Timestamp;
@@ -61,31 +65,52 @@ pub enum ColumnType {
     Text,
     Time,
     Number,
+    /// A count: `INT64` in Parquet.
+    Integer,
 }
 
-/// One column of an export: its name (the CSV header, the Parquet field).
+/// One column of an export: its name (the CSV header, the Parquet field),
+/// its type, and whether a row may lack its value ([`Cell::Null`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Column {
     pub name: &'static str,
     pub ty: ColumnType,
+    pub nullable: bool,
 }
 
 pub const fn text(name: &'static str) -> Column {
     Column {
         name,
         ty: ColumnType::Text,
+        nullable: false,
     }
 }
 pub const fn time(name: &'static str) -> Column {
     Column {
         name,
         ty: ColumnType::Time,
+        nullable: false,
     }
 }
 pub const fn number(name: &'static str) -> Column {
     Column {
         name,
         ty: ColumnType::Number,
+        nullable: false,
+    }
+}
+pub const fn integer(name: &'static str) -> Column {
+    Column {
+        name,
+        ty: ColumnType::Integer,
+        nullable: false,
+    }
+}
+/// `column`, which rows may leave empty.
+pub const fn optional(column: Column) -> Column {
+    Column {
+        nullable: true,
+        ..column
     }
 }
 
@@ -95,6 +120,9 @@ pub enum Cell<'a> {
     Text(&'a str),
     Time(Timestamp),
     Number(f64),
+    Integer(u64),
+    /// No value, in a nullable column.
+    Null,
 }
 
 /// Why an encoder failed: only Parquet's writer can (it checks what it is
@@ -178,6 +206,8 @@ impl Csv {
                     let _ = write!(s, "{x}");
                     self.buf.extend_from_slice(s.as_bytes());
                 }
+                Cell::Integer(n) => self.buf.extend_from_slice(n.to_string().as_bytes()),
+                Cell::Null => {}
             }
         }
         self.buf.extend_from_slice(b"\r\n");
@@ -210,6 +240,18 @@ enum Builder {
     Text(StringBuilder),
     Time(TimestampMillisecondBuilder),
     Number(Float64Builder),
+    Integer(Int64Builder),
+}
+
+impl Builder {
+    fn append_null(&mut self) {
+        match self {
+            Builder::Text(b) => b.append_null(),
+            Builder::Time(b) => b.append_null(),
+            Builder::Number(b) => b.append_null(),
+            Builder::Integer(b) => b.append_null(),
+        }
+    }
 }
 
 pub struct Parquet {
@@ -232,8 +274,9 @@ impl Parquet {
                         DataType::Timestamp(TimeUnit::Millisecond, Some(utc.clone()))
                     }
                     ColumnType::Number => DataType::Float64,
+                    ColumnType::Integer => DataType::Int64,
                 };
-                Field::new(c.name, ty, false)
+                Field::new(c.name, ty, c.nullable)
             })
             .collect();
         let schema = Arc::new(Schema::new(fields));
@@ -264,6 +307,7 @@ impl Parquet {
                 DataType::Timestamp(_, tz) => {
                     Builder::Time(TimestampMillisecondBuilder::new().with_timezone_opt(tz.clone()))
                 }
+                DataType::Int64 => Builder::Integer(Int64Builder::new()),
                 _ => Builder::Number(Float64Builder::new()),
             })
             .collect()
@@ -277,8 +321,23 @@ impl Parquet {
                 self.builders.len()
             )));
         }
-        for (builder, cell) in self.builders.iter_mut().zip(cells) {
+        for ((builder, cell), field) in self
+            .builders
+            .iter_mut()
+            .zip(cells)
+            .zip(self.schema.fields().iter())
+        {
             match (builder, *cell) {
+                (b, Cell::Null) if field.is_nullable() => {
+                    self.bytes += 1;
+                    b.append_null();
+                }
+                (Builder::Integer(b), Cell::Integer(n)) => {
+                    self.bytes += 8;
+                    let n = i64::try_from(n)
+                        .map_err(|_| EncodeError(format!("{n} does not fit an INT64 column")))?;
+                    b.append_value(n);
+                }
                 (Builder::Text(b), Cell::Text(s)) => {
                     self.bytes += s.len();
                     b.append_value(s);
@@ -314,6 +373,7 @@ impl Parquet {
                     Builder::Text(mut b) => Arc::new(b.finish()),
                     Builder::Time(mut b) => Arc::new(b.finish()),
                     Builder::Number(mut b) => Arc::new(b.finish()),
+                    Builder::Integer(mut b) => Arc::new(b.finish()),
                 }
             })
             .collect();

@@ -99,6 +99,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/export/prices", get(routes::export::export_prices))
         .route("/v1/export/books", get(routes::export::export_books))
         .route("/v1/export/metrics", get(routes::export::export_metrics))
+        .route("/v1/export/trades", get(routes::export::export_trades))
+        .route("/v1/export/candles", get(routes::export::export_candles))
         .route(
             "/v1/markets/{id_or_slug}/candles",
             get(history::market_candles),

@@ -40,6 +40,8 @@ use utoipa::{Modify, OpenApi};
         export::export_prices,
         export::export_books,
         export::export_metrics,
+        export::export_trades,
+        export::export_candles,
         history::token_trades,
         history::token_book,
         history::market_book,

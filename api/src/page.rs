@@ -139,6 +139,7 @@ impl Carry for read::CandlePoint {
             t,
             count: 0,
             candle: Some(close),
+            trades: None,
         };
         carried.write(w)?;
         w.buf.pop();
@@ -188,7 +189,7 @@ impl Point for read::CandlePoint {
         self.t
     }
     fn size_hint(&self) -> usize {
-        POINT_BASE + 4 * NUMBER + 28
+        POINT_BASE + 5 * NUMBER + 60
     }
     fn write(&self, w: &mut Writer) -> Result<(), ApiError> {
         let c = stored_candle(self)?;
@@ -204,6 +205,12 @@ impl Point for read::CandlePoint {
         w.number(c.close.p);
         w.raw(b",\"n\":");
         serde_json::to_writer(&mut w.buf, &self.count).expect("writing to a Vec cannot fail");
+        if let Some(trades) = &self.trades {
+            w.raw(b",\"volume\":");
+            w.number(trades.volume);
+            w.raw(b",\"trades\":");
+            serde_json::to_writer(&mut w.buf, &trades.count).expect("writing to a Vec cannot fail");
+        }
         w.raw(b"}");
         Ok(())
     }
@@ -717,16 +724,29 @@ mod tests {
             offset: 3,
             p,
         };
-        let points = vec![read::CandlePoint {
-            t: Timestamp(1_756_684_800_000),
-            count: 12_345,
-            candle: Some(read::Candle {
-                open: mark(5, 0.1 + 0.2),
-                close: mark(59_000, 1.0),
-                high: 1.0,
-                low: 0.0,
-            }),
-        }];
+        let candle = read::Candle {
+            open: mark(5, 0.1 + 0.2),
+            close: mark(59_000, 1.0),
+            high: 1.0,
+            low: 0.0,
+        };
+        let points = vec![
+            read::CandlePoint {
+                t: Timestamp(1_756_684_800_000),
+                count: 12_345,
+                candle: Some(candle),
+                trades: None,
+            },
+            read::CandlePoint {
+                t: Timestamp(1_756_684_860_000),
+                count: 1,
+                candle: Some(candle),
+                trades: Some(read::TradeTotals {
+                    volume: 0.1 + 0.2,
+                    count: 7,
+                }),
+            },
+        ];
         let head = [
             ("market_id", "m"),
             ("token_id", "t"),
@@ -739,15 +759,30 @@ mod tests {
             token_id: "t".into(),
             token_label: "Yes".into(),
             resolution: "1m".into(),
-            data: vec![api::CandlePoint {
-                t: IsoTime(points[0].t),
-                o: 0.1 + 0.2,
-                h: 1.0,
-                l: 0.0,
-                c: 1.0,
-                n: 12_345,
-                filled: false,
-            }],
+            data: vec![
+                api::CandlePoint {
+                    t: IsoTime(points[0].t),
+                    o: 0.1 + 0.2,
+                    h: 1.0,
+                    l: 0.0,
+                    c: 1.0,
+                    n: 12_345,
+                    volume: None,
+                    trades: None,
+                    filled: false,
+                },
+                api::CandlePoint {
+                    t: IsoTime(points[1].t),
+                    o: 0.1 + 0.2,
+                    h: 1.0,
+                    l: 0.0,
+                    c: 1.0,
+                    n: 1,
+                    volume: Some(0.1 + 0.2),
+                    trades: Some(7),
+                    filled: false,
+                },
+            ],
             metadata: doc_meta,
         })
         .unwrap();
@@ -765,6 +800,7 @@ mod tests {
             t: Timestamp(0),
             count: 4,
             candle: None,
+            trades: None,
         }];
         let err = series(&[], &old, &m, true).err().unwrap();
         assert_eq!(err.status(), axum::http::StatusCode::CONFLICT);

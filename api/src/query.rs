@@ -613,7 +613,7 @@ impl<S: Send + Sync> FromRequestParts<S> for ExportQuery {
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let q = QueryPairs::from_parts(parts, state).await?;
-        ExportQuery::parse(&q, true)
+        ExportQuery::parse(&q, true, true)
     }
 }
 
@@ -621,9 +621,21 @@ impl ExportQuery {
     /// `by_token`: the route exports a token or a market (exactly one of
     /// `token_id` and `market_id`); else a market only, and `token_id`,
     /// which it does not document, is ignored like any unknown parameter.
-    fn parse(q: &QueryPairs, by_token: bool) -> Result<Self, ApiError> {
+    /// `by_resolution`: the route takes `resolution`; else it is `tick`
+    /// (trades, kept one by one), and a `resolution` given is ignored the
+    /// same way.
+    fn parse(q: &QueryPairs, by_token: bool, by_resolution: bool) -> Result<Self, ApiError> {
         let mut errors = Vec::new();
-        let resolution = span_params(q, &mut errors);
+        let resolution = if by_resolution {
+            span_params(q, &mut errors)
+        } else {
+            for name in ["start_ts", "end_ts"] {
+                if q.get(name).is_none() {
+                    errors.push(issue("query", name, "Field required", "missing"));
+                }
+            }
+            Granularity::Tick
+        };
         let format = enum_param(q, "format", Format::Csv, &mut errors);
         let token_id = if by_token {
             id_param(q, "token_id", &mut errors)
@@ -775,7 +787,39 @@ impl<S: Send + Sync> FromRequestParts<S> for MarketExportQuery {
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
         let q = QueryPairs::from_parts(parts, state).await?;
-        ExportQuery::parse(&q, false).map(MarketExportQuery)
+        ExportQuery::parse(&q, false, true).map(MarketExportQuery)
+    }
+}
+
+/// The query of `/v1/export/trades`: an [`ExportQuery`] without
+/// `resolution` (trades are exported one by one, as the trades route pages
+/// them).
+#[derive(Debug, Clone)]
+pub struct TradesExportQuery(pub ExportQuery);
+
+impl From<TradesExportQuery> for ExportQuery {
+    fn from(q: TradesExportQuery) -> Self {
+        q.0
+    }
+}
+
+impl IntoParams for TradesExportQuery {
+    fn into_params(
+        parameter_in_provider: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        ExportQuery::into_params(parameter_in_provider)
+            .into_iter()
+            .filter(|p| p.name != "resolution")
+            .collect()
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for TradesExportQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let q = QueryPairs::from_parts(parts, state).await?;
+        ExportQuery::parse(&q, true, false).map(TradesExportQuery)
     }
 }
 

@@ -43,5 +43,5 @@ pub use log::{
 pub use store::{
     Applied, BookPoint, Candle, CandlePoint, CatalogCursor, Mark, MetricsPoint, PricePoint,
     ProjectionStore, ProjectionWrite, Range, ReadStore, Refused, Row, RowKey, RowValue, Store,
-    Table, Tick, TickKey, TickKind, TickRange, TickValue, TokenRef,
+    Table, Tick, TickKey, TickKind, TickRange, TickValue, TokenRef, TradeTotals, TRADE_TOTALS_PAGE,
 };

@@ -97,8 +97,9 @@ impl Mark {
 /// `f64::total_cmp`). Each is a function of the set of ticks, not of the
 /// order they are folded in: replays, rebuilds and out-of-order events give
 /// the same candle, bit for bit. The count of ticks is the price row's
-/// `count`. (Trade volume and trade counts belong beside these once trades
-/// are projected; they are not derived from price ticks.)
+/// `count`. Trade volume and trade counts are not derived from price
+/// ticks: they come from the deduplicated trades
+/// ([`ReadStore::trade_totals`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Candle {
     pub open: Mark,
@@ -359,7 +360,23 @@ pub struct CandlePoint {
     pub t: Timestamp,
     pub count: u64,
     pub candle: Option<Candle>,
+    /// The bucket's trades; `None` when it holds none. Stores answer
+    /// `None` from [`ReadStore::candles`]: the API joins
+    /// [`ReadStore::trade_totals`] in.
+    pub trades: Option<TradeTotals>,
 }
+
+/// The trades of one bucket: the sum of their sizes and their number, of
+/// the deduplicated trades (a repeated trade id once).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct TradeTotals {
+    pub volume: f64,
+    pub count: u64,
+}
+
+/// Trades read per [`ReadStore::ticks`] call while [`ReadStore::trade_totals`]
+/// sums them.
+pub const TRADE_TOTALS_PAGE: usize = 10_000;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct MetricsPoint {
@@ -408,6 +425,85 @@ pub trait ReadStore: Send + Sync {
     /// The candles of the same price buckets `prices` averages: one point
     /// per stored price row, with its count and [`Candle`] as last applied.
     async fn candles(&self, token_id: &str, range: Range) -> Result<Vec<CandlePoint>>;
+    /// Per bucket of `range.res` with `range.start <= bucket < range.end`
+    /// holding at least one trade, in bucket order, at most `range.limit`:
+    /// the sum of the sizes and the number of the token's trades whose `ts`
+    /// falls in the bucket (whole buckets, even where `range.end` cuts one),
+    /// exactly the trades [`ReadStore::ticks`] serves.
+    ///
+    /// Contract: bit for bit a function of the stored trade set. Sizes are
+    /// added in [`TickKey`] order; the store keeps a trade id's first
+    /// position, so replays and `rebuild` give the same set and so the
+    /// same totals.
+    ///
+    /// Why derived at read time rather than kept in the price rows: the
+    /// trades table is already an idempotent set (a repeated trade id is
+    /// decided by the store, in `apply`), so totals read from it can never
+    /// count a trade twice, whatever was replayed; counters folded by the
+    /// projector would have to repeat that decision before the store makes
+    /// it. The price: a read costs the trades it sums ([`TRADE_TOTALS_PAGE`]
+    /// per query), not one row per bucket. One implementation serves every
+    /// backend, over `ticks`, whose cost contract it inherits.
+    async fn trade_totals(
+        &self,
+        token_id: &str,
+        range: Range,
+    ) -> Result<Vec<(Timestamp, TradeTotals)>> {
+        let width = range.res.width_ms();
+        let ceil = |t: Timestamp| {
+            Timestamp(
+                t.0.div_euclid(width) * width + if t.0.rem_euclid(width) == 0 { 0 } else { width },
+            )
+        };
+        let mut from = TickKey::at(ceil(range.start));
+        let end = ceil(range.end);
+        let mut out: Vec<(Timestamp, TradeTotals)> = Vec::new();
+        loop {
+            let trades = self
+                .ticks(
+                    TickKind::Trade,
+                    token_id,
+                    TickRange {
+                        from,
+                        end,
+                        limit: TRADE_TOTALS_PAGE,
+                    },
+                )
+                .await?;
+            for trade in &trades {
+                let TickValue::Trade { size, .. } = trade.value else {
+                    return Err(crate::Error::corrupt(
+                        "store",
+                        format!("a trades read of {token_id} answered a {:?}", trade.kind()),
+                    ));
+                };
+                let bucket = Timestamp(trade.key.ts.0.div_euclid(width) * width);
+                if let Some((_, totals)) = out.last_mut().filter(|(t, _)| *t == bucket) {
+                    totals.volume += size;
+                    totals.count += 1;
+                } else if out.len() == range.limit {
+                    return Ok(out);
+                } else {
+                    out.push((
+                        bucket,
+                        TradeTotals {
+                            volume: size,
+                            count: 1,
+                        },
+                    ));
+                }
+            }
+            match trades.last() {
+                Some(last) if trades.len() == TRADE_TOTALS_PAGE => {
+                    from = TickKey {
+                        offset: last.key.offset + 1,
+                        ..last.key
+                    };
+                }
+                _ => return Ok(out),
+            }
+        }
+    }
     async fn metrics(&self, market_id: &str, range: Range) -> Result<Vec<MetricsPoint>>;
     async fn books(&self, token_id: &str, range: Range) -> Result<Vec<BookPoint>>;
     /// How many rows of `table` the series `id` (token, or market for

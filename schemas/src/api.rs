@@ -118,8 +118,9 @@ pub struct PricePoint {
 
 /// The candle of one price bucket: the probability of its earliest tick
 /// (`o`), greatest (`h`), least (`l`) and latest (`c`), ties on time
-/// going by log position, and its number of ticks (`n`). Trade volume and
-/// trade counts will sit beside these once trades are projected.
+/// going by log position, and its number of ticks (`n`); where the bucket
+/// holds trades, their summed size (`volume`) and number (`trades`), a
+/// repeated trade id counted once.
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
 pub struct CandlePoint {
     /// Bucket start, ISO 8601 UTC.
@@ -136,6 +137,16 @@ pub struct CandlePoint {
     /// Price ticks in the bucket.
     #[schema(minimum = 0)]
     pub n: u64,
+    /// Sum of the sizes of the bucket's trades; absent when it holds none
+    /// (and on filled candles).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 0.0)]
+    pub volume: Option<f64>,
+    /// Number of the bucket's trades (a repeated trade id once); absent
+    /// when it holds none (and on filled candles).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(minimum = 1)]
+    pub trades: Option<u64>,
     /// `true` on a candle `fill=previous` made for a bucket without ticks
     /// (the previous close as `o`, `h`, `l` and `c`; `n` 0); absent on
     /// every stored bucket.

@@ -1387,6 +1387,7 @@ impl ReadStore for ScyllaStore {
                     t: Timestamp(b.0),
                     count: count as u64,
                     candle: candle_of((ot, oo, op, ct, co, cp, h, l))?,
+                    trades: None,
                 });
             }
             Ok(())

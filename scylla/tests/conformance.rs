@@ -318,7 +318,8 @@ async fn migrating_a_keyspace_without_candle_columns_keeps_its_prices_and_adds_t
         vec![CandlePoint {
             t: Timestamp(t0),
             count: 3,
-            candle: None
+            candle: None,
+            trades: None,
         }]
     );
     let candle = Candle::of(Mark {

@@ -892,6 +892,7 @@ impl ReadStore for SqliteStore {
                     t: Timestamp(r.get(0)?),
                     count: r.get::<_, i64>(1)? as u64,
                     candle: candle_at(r, 2)?,
+                    trades: None,
                 })
             })?;
             Ok(rows.collect::<Result<Vec<_>, _>>()?)

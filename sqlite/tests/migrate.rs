@@ -244,7 +244,8 @@ async fn a_version_3_store_keeps_its_prices_and_has_no_candles_until_rebuilt() {
         vec![CandlePoint {
             t,
             count: 3,
-            candle: None
+            candle: None,
+            trades: None,
         }]
     );
     // A new bucket written after the upgrade has its candle.

@@ -1,7 +1,8 @@
 //! Tick-level history, the book at a moment and trades, end to end: raw
 //! lines go through ingest, the log and the projector into the tick-level
-//! tables; the API's answers are compared exactly with what this file
-//! computes from the same raw lines, before and after `hindsight rebuild`.
+//! tables; the API's answers (candles with their trades' volume and count
+//! among them) are compared exactly with what this file computes from the
+//! same raw lines, before and after `hindsight rebuild`.
 
 use crate::helpers::*;
 use hindsight_schemas::{IsoTime, Timestamp};
@@ -173,6 +174,63 @@ fn expected(all: &[Raw], token: &str) -> Expected {
     }
 }
 
+/// The candles `token` must serve at `width_ms`, from the raw lines alone:
+/// per bucket holding price ticks, open and close by (time, arrival), high,
+/// low and the number of ticks; and where the bucket holds trades (a
+/// repeated id counted at its first arrival only), their summed size as
+/// `volume` (added in time, then arrival, order) and their number as
+/// `trades`. Trades of a bucket without price ticks have no candle.
+fn expected_candles(all: &[Raw], token: &str, width_ms: i64) -> Vec<Value> {
+    use std::collections::BTreeMap;
+    let bucket = |ms: i64| ms.div_euclid(width_ms) * width_ms;
+    let mut prices: BTreeMap<i64, Vec<(i64, usize, f64)>> = BTreeMap::new();
+    let mut trades: BTreeMap<i64, Vec<(i64, usize, f64)>> = BTreeMap::new();
+    let mut ids_seen = std::collections::HashSet::new();
+    for (arrival, raw) in all.iter().enumerate() {
+        match raw {
+            Raw::Price { token: t, ms, p } if *t == token => prices
+                .entry(bucket(*ms))
+                .or_default()
+                .push((*ms, arrival, *p)),
+            Raw::Trade {
+                token: t,
+                ms,
+                size,
+                id,
+                ..
+            } if *t == token && id.as_ref().is_none_or(|id| ids_seen.insert(id.clone())) => {
+                trades
+                    .entry(bucket(*ms))
+                    .or_default()
+                    .push((*ms, arrival, *size));
+            }
+            _ => {}
+        }
+    }
+    prices
+        .into_iter()
+        .map(|(b, mut ticks)| {
+            ticks.sort_by_key(|&(ms, arrival, _)| (ms, arrival));
+            let ps: Vec<f64> = ticks.iter().map(|t| t.2).collect();
+            let mut point = json!({
+                "t": iso(b),
+                "o": ps[0],
+                "h": ps.iter().copied().fold(f64::MIN, f64::max),
+                "l": ps.iter().copied().fold(f64::MAX, f64::min),
+                "c": ps[ps.len() - 1],
+                "n": ps.len(),
+            });
+            if let Some(mut bucket_trades) = trades.remove(&b) {
+                bucket_trades.sort_by_key(|&(ms, arrival, _)| (ms, arrival));
+                let volume = bucket_trades.iter().fold(0.0, |v, t| v + t.2);
+                point["volume"] = json!(volume);
+                point["trades"] = json!(bucket_trades.len());
+            }
+            point
+        })
+        .collect()
+}
+
 /// The book at `at` computed from the raw lines: the snapshot with the
 /// greatest (time, arrival) at or before it.
 fn book_at(all: &[Raw], token: &str, at: i64) -> Option<Value> {
@@ -233,7 +291,48 @@ async fn answers(app: &TestApp, all: &[Raw]) -> Vec<String> {
             assert_eq!(&got, want, "{path}");
             out.extend(bodies);
         }
+        // Candles with their trades' volume and count; with
+        // `fill=previous` the same stored candles, and filled ones without.
+        for (res, width) in [("1m", 60_000), ("1h", 3_600_000)] {
+            let want = expected_candles(all, token, width);
+            assert!(
+                want.iter().filter(|c| c.get("trades").is_some()).count() >= 3 || res == "1h",
+                "{token}: buckets with trades"
+            );
+            assert!(
+                want.iter().any(|c| c.get("trades").is_none()) || res == "1h",
+                "{token}: a bucket without trades keeps today's shape"
+            );
+            let path = format!("/v1/tokens/{token}/candles?resolution={res}&{RANGE}&limit=7");
+            let (got, bodies) = page_through(app, &path).await;
+            assert_eq!(got, want, "{path}");
+            out.extend(bodies);
+            let (filled, _) = page_through(app, &format!("{path}&fill=previous")).await;
+            let (made_up, stored): (Vec<Value>, Vec<Value>) =
+                filled.into_iter().partition(|c| c.get("filled").is_some());
+            assert_eq!(stored, want, "{path}&fill=previous");
+            assert!(
+                res == "1h" || !made_up.is_empty(),
+                "{token}: some bucket was filled"
+            );
+            for c in made_up {
+                assert!(
+                    c.get("volume").is_none() && c.get("trades").is_none(),
+                    "a filled candle has no trades: {c}"
+                );
+            }
+        }
     }
+    // The market's candles: each token's, keyed by label.
+    let path = format!("/v1/markets/{MARKET}/candles?resolution=1m&{RANGE}&limit=200");
+    let (status, body) = get(app, &path).await;
+    assert_eq!(status, 200, "{path}: {body}");
+    assert_eq!(
+        body["data"]["Yes"],
+        json!(expected_candles(all, YES, 60_000))
+    );
+    assert_eq!(body["data"]["No"], json!(expected_candles(all, NO, 60_000)));
+    out.push(body.to_string());
     // The book at a moment: before the first snapshot, on one, between,
     // after the last; per token and per market.
     for at in [
@@ -271,7 +370,8 @@ async fn answers(app: &TestApp, all: &[Raw]) -> Vec<String> {
 }
 
 #[tokio::test]
-async fn tick_reads_books_at_a_moment_and_trades_equal_the_raw_input_across_a_rebuild() {
+async fn tick_reads_books_at_a_moment_trades_and_candle_volumes_equal_the_raw_input_across_a_rebuild(
+) {
     let app = spawn_app("ticks").await;
     let (first, second) = batches();
     let mut body: Vec<String> = vec![market_line(MARKET)];

@@ -4,6 +4,7 @@
 //! they are (`ReadStore::count`), and one sampled point gives the size of
 //! each. Gated by the plan as the route it estimates, and rate-counted.
 
+use super::history::candles_with_trades;
 use super::path_id;
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -110,7 +111,8 @@ async fn sample_len(
     let store = &state.store;
     let len = match kind {
         EstimateKind::Prices => first_len(store.prices(id, range).await?),
-        EstimateKind::Candles => first_len(store.candles(id, range).await?),
+        // With its trades, as the page serves it (the range's limit is 1).
+        EstimateKind::Candles => first_len(candles_with_trades(&**store, id, range).await?),
         EstimateKind::Books => first_len(store.books(id, range).await?),
         EstimateKind::Metrics => first_len(store.metrics(id, range).await?),
     };

@@ -1,5 +1,7 @@
 //! Bulk export: a whole range of one token's or one market's history as a
-//! single CSV or Parquet file, instead of hundreds of 200-point pages.
+//! single CSV or Parquet file, instead of hundreds of 200-point pages:
+//! buckets (prices, books, metrics, candles with their trades) or ticks
+//! (prices and books at `resolution=tick`, trades), read by the same job.
 //!
 //! The handler checks the plan and the series, then answers at once with a
 //! streamed body. A task reads the store [`CHUNK`] points at a time into an
@@ -18,21 +20,23 @@
 //! the cause is logged and counted once. An export that completes is the
 //! whole range: nothing is skipped.
 
-use super::history::{market, token};
+use super::history::{candles_with_trades, market, token};
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::export::{number, text, time, Cell, Column, EncodeError, Encoder, Format};
+use crate::export::{
+    integer, number, optional, text, time, Cell, Column, EncodeError, Encoder, Format,
+};
 use crate::plans::DataPoint;
-use crate::query::{ExportQuery, MarketExportQuery};
+use crate::query::{ExportQuery, MarketExportQuery, TradesExportQuery};
 use crate::ApiState;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use hindsight_contracts::{self as read, Range};
+use hindsight_contracts::{self as read, Range, Tick, TickKey, TickKind, TickRange, TickValue};
 use hindsight_schemas::api::ErrorResponse;
-use hindsight_schemas::{Granularity, Timestamp};
+use hindsight_schemas::{Granularity, Timestamp, TradeSide};
 use hindsight_telemetry as tm;
 use std::sync::Arc;
 use std::time::Duration;
@@ -57,6 +61,27 @@ const BOOKS: &[Column] = &[
     time("t"),
     text("bids"),
     text("asks"),
+];
+const TRADES: &[Column] = &[
+    text("market_id"),
+    text("token_id"),
+    time("t"),
+    number("price"),
+    number("size"),
+    text("side"),
+    optional(text("trade_id")),
+];
+const CANDLES: &[Column] = &[
+    text("market_id"),
+    text("token_id"),
+    time("t"),
+    number("o"),
+    number("h"),
+    number("l"),
+    number("c"),
+    integer("n"),
+    optional(number("volume")),
+    optional(integer("trades")),
 ];
 const METRICS: &[Column] = &[
     text("market_id"),
@@ -102,6 +127,11 @@ pub enum Kind {
     Prices,
     Books,
     Metrics,
+    /// Every (deduplicated) trade: tick level only.
+    Trades,
+    /// The candles of the price buckets, with their trades' volume and
+    /// count.
+    Candles,
 }
 
 impl Kind {
@@ -110,6 +140,8 @@ impl Kind {
             Kind::Prices => "prices",
             Kind::Books => "books",
             Kind::Metrics => "metrics",
+            Kind::Trades => "trades",
+            Kind::Candles => "candles",
         }
     }
 
@@ -118,14 +150,52 @@ impl Kind {
             Kind::Prices => PRICES,
             Kind::Books => BOOKS,
             Kind::Metrics => METRICS,
+            Kind::Trades => TRADES,
+            Kind::Candles => CANDLES,
         }
     }
 
     fn point(self) -> DataPoint {
         match self {
-            Kind::Prices => DataPoint::Prices,
+            Kind::Prices | Kind::Candles => DataPoint::Prices,
             Kind::Books => DataPoint::Books,
             Kind::Metrics => DataPoint::Metrics,
+            Kind::Trades => DataPoint::Trades,
+        }
+    }
+
+    /// Refuses (422) `tick` for candles and metrics, kept only per bucket.
+    /// (Trades take no `resolution`: their query is always `tick`.)
+    fn check_granularity(self, asked: Granularity) -> Result<(), ApiError> {
+        match (self, asked) {
+            (Kind::Candles | Kind::Metrics, Granularity::Tick) => {
+                Err(ApiError::Validation(vec![crate::error::issue(
+                    "query",
+                    "resolution",
+                    format!(
+                        "{} are kept per bucket: give a resolution from 1m to 1d \
+                         (tick exports prices and books)",
+                        self.as_str()
+                    ),
+                    "enum",
+                )]))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The plan's gate: the history route's (data point, finest
+    /// resolution, lookback); trades as `/v1/tokens/{token_id}/trades`
+    /// (their data point and lookback: a plan with trades reads them one by
+    /// one whatever its finest bucket).
+    fn check_plan(self, caller: &Caller, q: &ExportQuery) -> Result<(), ApiError> {
+        let plan = &caller.plan;
+        match self {
+            Kind::Trades => {
+                plan.check_point(DataPoint::Trades)?;
+                plan.check_since(q.start, caller.now)
+            }
+            _ => plan.check_history(self.point(), q.resolution, q.start, caller.now),
         }
     }
 }
@@ -139,14 +209,10 @@ struct Series {
 
 /// A stored point as a row of the file.
 trait Exported: Send + 'static {
-    fn t(&self) -> Timestamp;
     fn encode(&self, series: &Series, enc: &mut Encoder) -> Result<(), EncodeError>;
 }
 
 impl Exported for read::PricePoint {
-    fn t(&self) -> Timestamp {
-        self.t
-    }
     fn encode(&self, s: &Series, enc: &mut Encoder) -> Result<(), EncodeError> {
         enc.row(&[
             Cell::Text(&s.market_id),
@@ -158,9 +224,6 @@ impl Exported for read::PricePoint {
 }
 
 impl Exported for read::BookPoint {
-    fn t(&self) -> Timestamp {
-        self.t
-    }
     fn encode(&self, s: &Series, enc: &mut Encoder) -> Result<(), EncodeError> {
         enc.row(&[
             Cell::Text(&s.market_id),
@@ -173,9 +236,6 @@ impl Exported for read::BookPoint {
 }
 
 impl Exported for read::MetricsPoint {
-    fn t(&self) -> Timestamp {
-        self.t
-    }
     fn encode(&self, s: &Series, enc: &mut Encoder) -> Result<(), EncodeError> {
         enc.row(&[
             Cell::Text(&s.market_id),
@@ -183,6 +243,66 @@ impl Exported for read::MetricsPoint {
             Cell::Number(self.volume),
             Cell::Number(self.liquidity),
             Cell::Number(self.spread),
+        ])
+    }
+}
+
+impl Exported for Tick {
+    fn encode(&self, s: &Series, enc: &mut Encoder) -> Result<(), EncodeError> {
+        let (m, tok, t) = (
+            Cell::Text(&s.market_id),
+            Cell::Text(&s.token_id),
+            Cell::Time(self.key.ts),
+        );
+        match &self.value {
+            TickValue::Price { p } => enc.row(&[m, tok, t, Cell::Number(*p)]),
+            TickValue::Book { bids, asks } => {
+                enc.row(&[m, tok, t, Cell::Text(bids), Cell::Text(asks)])
+            }
+            TickValue::Trade {
+                price,
+                size,
+                side,
+                trade_id,
+            } => enc.row(&[
+                m,
+                tok,
+                t,
+                Cell::Number(*price),
+                Cell::Number(*size),
+                Cell::Text(match side {
+                    TradeSide::Buy => "buy",
+                    TradeSide::Sell => "sell",
+                }),
+                trade_id.as_deref().map_or(Cell::Null, Cell::Text),
+            ]),
+        }
+    }
+}
+
+impl Exported for read::CandlePoint {
+    /// A bucket projected before candles were stored cannot be exported
+    /// (the status line is gone by then): the file is cut, and logged.
+    fn encode(&self, s: &Series, enc: &mut Encoder) -> Result<(), EncodeError> {
+        let c = self.candle.as_ref().ok_or_else(|| {
+            EncodeError(format!(
+                "the candle of the bucket at {} of {} was not stored (projected before \
+                 candles were); `hindsight rebuild` fills it",
+                self.t.to_rfc3339(),
+                s.token_id
+            ))
+        })?;
+        enc.row(&[
+            Cell::Text(&s.market_id),
+            Cell::Text(&s.token_id),
+            Cell::Time(self.t),
+            Cell::Number(c.open.p),
+            Cell::Number(c.high),
+            Cell::Number(c.low),
+            Cell::Number(c.close.p),
+            Cell::Integer(self.count),
+            self.trades.map_or(Cell::Null, |t| Cell::Number(t.volume)),
+            self.trades.map_or(Cell::Null, |t| Cell::Integer(t.count)),
         ])
     }
 }
@@ -215,7 +335,8 @@ export_route!(
     Kind::Prices,
     "/v1/export/prices",
     "Price history of a token, or of every token of a market, as one file: \
-     columns `market_id, token_id, t, p`, by token, then time."
+     columns `market_id, token_id, t, p`, by token, then time; with `resolution=tick`, \
+     every price tick as ingested (`t` its exact time; ticks sharing one in log order)."
 );
 export_route!(
     export_books,
@@ -224,7 +345,27 @@ export_route!(
     "/v1/export/books",
     "Order-book history of a token, or of every token of a market, as one file: \
      columns `market_id, token_id, t, bids, asks` (levels as JSON text `[[price,size],…]`), \
-     by token, then time."
+     by token, then time; with `resolution=tick`, every snapshot as ingested."
+);
+export_route!(
+    export_trades,
+    TradesExportQuery,
+    Kind::Trades,
+    "/v1/export/trades",
+    "Trades of a token, or of every token of a market, as one file: columns \
+     `market_id, token_id, t, price, size, side, trade_id` (`trade_id` empty/null when the \
+     trade had none), by token, then time (ties in log order); a repeated trade id once, \
+     at its first arrival. Trades are exported one by one (no `resolution`), gated as \
+     `/v1/tokens/{token_id}/trades`: the plan's trades and lookback."
+);
+export_route!(
+    export_candles,
+    ExportQuery,
+    Kind::Candles,
+    "/v1/export/candles",
+    "Candles of a token, or of every token of a market, as one file: columns \
+     `market_id, token_id, t, o, h, l, c, n, volume, trades` (`volume` and `trades` empty/null \
+     for a bucket without trades), by token, then time."
 );
 export_route!(
     export_metrics,
@@ -240,34 +381,23 @@ async fn export(
     q: ExportQuery,
     kind: Kind,
 ) -> Result<Response, ApiError> {
-    caller
-        .plan
-        .check_history(kind.point(), q.resolution, q.start, caller.now)?;
-    let Granularity::Bucket(res) = q.resolution else {
-        return Err(ApiError::Validation(vec![crate::error::issue(
-            "query",
-            "resolution",
-            "Exports are of buckets; tick-level data is paged by \
-             /v1/tokens/{token_id}/prices, /books and /trades with resolution=tick",
-            "enum",
-        )]));
-    };
+    kind.check_granularity(q.resolution)?;
+    kind.check_plan(&caller, &q)?;
+    let granularity = q.resolution;
     let (series, name) = series(&state, &q, kind).await?;
     let slot = state.exports.take()?;
     let encoder =
         Encoder::new(q.format, kind.columns()).map_err(|e| ApiError::invariant(e.to_string()))?;
     let (tx, rx) = mpsc::channel(PIECES_IN_FLIGHT);
-    let range = Range {
-        res,
-        start: q.start,
-        end: q.end,
-        limit: CHUNK,
-    };
     let job = Job {
         state,
         kind,
         format: q.format,
-        range,
+        span: Span {
+            granularity,
+            start: q.start,
+            end: q.end,
+        },
         sink: Sink { tx, sent: 0 },
     };
     tokio::spawn(job.run(series, encoder, slot));
@@ -278,7 +408,7 @@ async fn export(
         "attachment; filename=\"{}-{}-{}.{}\"",
         kind.as_str(),
         name,
-        res.as_str(),
+        granularity.as_str(),
         q.format.as_str()
     );
     let mut response = (StatusCode::OK, body).into_response();
@@ -314,7 +444,7 @@ async fn series(
             .collect()
     };
     match (&q.token_id, &q.market_id, kind) {
-        (Some(token_id), _, Kind::Prices | Kind::Books) => {
+        (Some(token_id), _, Kind::Prices | Kind::Books | Kind::Trades | Kind::Candles) => {
             let t = token(state, token_id.clone()).await?;
             let name = safe(&t.token_id);
             Ok((
@@ -325,7 +455,7 @@ async fn series(
                 name,
             ))
         }
-        (None, Some(market_id), Kind::Prices | Kind::Books) => {
+        (None, Some(market_id), Kind::Prices | Kind::Books | Kind::Trades | Kind::Candles) => {
             let m = market(state, market_id.clone()).await?;
             let series = m
                 .tokens
@@ -401,12 +531,20 @@ impl Sink {
     }
 }
 
-/// One running export: reads, encodes and sends until the range is done.
+/// What an export covers: `start <= t < end`, per bucket or tick by tick.
+#[derive(Debug, Clone, Copy)]
+struct Span {
+    granularity: Granularity,
+    start: Timestamp,
+    end: Timestamp,
+}
+
+/// One running export: reads, encodes and sends until the span is done.
 struct Job {
     state: ApiState,
     kind: Kind,
     format: Format,
-    range: Range,
+    span: Span,
     sink: Sink,
 }
 
@@ -467,42 +605,100 @@ impl Job {
     }
 
     async fn write(&mut self, series: &[Series], enc: &mut Encoder) -> Result<(), Stop> {
+        let store = self.state.store.clone();
+        let store = &*store;
+        let Span { start, end, .. } = self.span;
         for s in series {
+            let Granularity::Bucket(res) = self.span.granularity else {
+                let kind = match self.kind {
+                    Kind::Prices => TickKind::Price,
+                    Kind::Books => TickKind::Book,
+                    Kind::Trades => TickKind::Trade,
+                    // `Kind::check_granularity` lets no other kind through at tick.
+                    Kind::Metrics | Kind::Candles => {
+                        return Err(Stop::Encode(EncodeError(format!(
+                            "{} exported at tick",
+                            self.kind.as_str()
+                        ))))
+                    }
+                };
+                let read = |id: String, from| async move {
+                    let range = TickRange {
+                        from,
+                        end,
+                        limit: CHUNK,
+                    };
+                    store.ticks(kind, &id, range).await
+                };
+                let next = |t: &Tick| TickKey {
+                    offset: t.key.offset + 1,
+                    ..t.key
+                };
+                self.drain(s, enc, TickKey::at(start), read, next).await?;
+                continue;
+            };
+            let range = move |start| Range {
+                res,
+                start,
+                end,
+                limit: CHUNK,
+            };
+            let width = res.width_ms();
             match self.kind {
                 Kind::Prices => {
-                    let store = &self.state.store.clone();
-                    self.drain(s, enc, |id, r| async move { store.prices(&id, r).await })
-                        .await?
+                    let read = |id: String, t| async move { store.prices(&id, range(t)).await };
+                    let next = |p: &read::PricePoint| Timestamp(p.t.0 + width);
+                    self.drain(s, enc, start, read, next).await?
                 }
                 Kind::Books => {
-                    let store = &self.state.store.clone();
-                    self.drain(s, enc, |id, r| async move { store.books(&id, r).await })
-                        .await?
+                    let read = |id: String, t| async move { store.books(&id, range(t)).await };
+                    let next = |p: &read::BookPoint| Timestamp(p.t.0 + width);
+                    self.drain(s, enc, start, read, next).await?
                 }
                 Kind::Metrics => {
-                    let store = &self.state.store.clone();
-                    self.drain(s, enc, |id, r| async move { store.metrics(&id, r).await })
-                        .await?
+                    let read = |id: String, t| async move { store.metrics(&id, range(t)).await };
+                    let next = |p: &read::MetricsPoint| Timestamp(p.t.0 + width);
+                    self.drain(s, enc, start, read, next).await?
+                }
+                Kind::Candles => {
+                    let read = |id: String, t| async move {
+                        candles_with_trades(store, &id, range(t)).await
+                    };
+                    let next = |p: &read::CandlePoint| Timestamp(p.t.0 + width);
+                    self.drain(s, enc, start, read, next).await?
+                }
+                // Trades are always queried at tick (`TradesExportQuery`).
+                Kind::Trades => {
+                    return Err(Stop::Encode(EncodeError(
+                        "trades exported per bucket".into(),
+                    )))
                 }
             }
         }
         Ok(())
     }
 
-    /// Every point of one series in the range, chunk by chunk.
-    async fn drain<P, F, Fut>(&mut self, s: &Series, enc: &mut Encoder, read: F) -> Result<(), Stop>
+    /// Every point of one series in the span, [`CHUNK`] at a time: `read`
+    /// reads from a place, `next` is the place after a point.
+    async fn drain<P, K, F, Fut>(
+        &mut self,
+        s: &Series,
+        enc: &mut Encoder,
+        mut from: K,
+        read: F,
+        next: impl Fn(&P) -> K,
+    ) -> Result<(), Stop>
     where
         P: Exported,
-        F: Fn(String, Range) -> Fut,
+        F: Fn(String, K) -> Fut,
         Fut: std::future::Future<Output = read::Result<Vec<P>>>,
     {
         let id = match self.kind {
             Kind::Metrics => &s.market_id,
-            Kind::Prices | Kind::Books => &s.token_id,
+            Kind::Prices | Kind::Books | Kind::Trades | Kind::Candles => &s.token_id,
         };
-        let mut range = self.range;
         loop {
-            let points = read(id.clone(), range).await?;
+            let points = read(id.clone(), from).await?;
             for p in &points {
                 p.encode(s, enc)?;
                 if let Some(piece) = enc.ready()? {
@@ -510,9 +706,7 @@ impl Job {
                 }
             }
             match points.last() {
-                Some(last) if points.len() == CHUNK => {
-                    range.start = Timestamp(last.t().0 + range.res.width_ms());
-                }
+                Some(last) if points.len() == CHUNK => from = next(last),
                 _ => return Ok(()),
             }
         }

@@ -156,11 +156,13 @@ fn fill_previous<P: Carry>(
 }
 
 /// Reads one series for a page of a prices or candles route: the stored
-/// points, and with `fill=previous` the filled gaps between them.
-async fn series<P, F, Fut>(
+/// points (`reads.0`), and with `fill=previous` the filled gaps between
+/// them, carrying the last point before the page read by `reads.1` (a
+/// carried point needs only its value: candles skip their trades there).
+async fn series<P, F, Fut, G, GFut>(
     q: &HistoryQuery,
     bound: FillBound,
-    read: F,
+    (read, read_carry): (F, G),
     id: String,
     range: read::Range,
 ) -> Result<Vec<Gap<P>>, ApiError>
@@ -168,6 +170,8 @@ where
     P: Carry,
     F: Fn(String, read::Range) -> Fut,
     Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
+    G: Fn(String, read::Range) -> GFut,
+    GFut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
 {
     let stored = read(id.clone(), range).await?;
     if q.fill == Fill::None {
@@ -184,7 +188,7 @@ where
             end: first,
             limit: FILL_LOOKBACK_BUCKETS as usize,
         };
-        read(id, before).await?.pop()
+        read_carry(id, before).await?.pop()
     };
     let per = range.limit - 1;
     Ok(fill_previous(
@@ -196,52 +200,87 @@ where
     ))
 }
 
+/// The stored candles of `range` with their buckets' trades joined in
+/// ([`ReadStore::trade_totals`](read::ReadStore::trade_totals) over the
+/// buckets the candles span): what the candle routes and the candles
+/// export serve. Trades of a bucket without price ticks have no candle to
+/// sit in.
+pub(crate) async fn candles_with_trades(
+    store: &dyn read::ReadStore,
+    id: &str,
+    range: read::Range,
+) -> hindsight_contracts::Result<Vec<read::CandlePoint>> {
+    let mut points = store.candles(id, range).await?;
+    let (Some(first), Some(last)) = (points.first(), points.last()) else {
+        return Ok(points);
+    };
+    let width = range.res.width_ms();
+    let span = read::Range {
+        res: range.res,
+        start: first.t,
+        end: Timestamp(last.t.0 + width),
+        limit: usize::try_from((last.t.0 - first.t.0) / width + 1).unwrap_or(usize::MAX),
+    };
+    let mut totals = store.trade_totals(id, span).await?.into_iter().peekable();
+    for p in &mut points {
+        while totals.next_if(|(t, _)| *t < p.t).is_some() {}
+        if let Some((_, bucket)) = totals.next_if(|(t, _)| *t == p.t) {
+            p.trades = Some(bucket);
+        }
+    }
+    Ok(points)
+}
+
 /// A token page of a prices-like series (prices, candles): gated as
 /// prices, gaps filled when asked.
-async fn filled_token_page<P, F, Fut>(
+async fn filled_token_page<P, F, Fut, G, GFut>(
     state: &ApiState,
     caller: &Caller,
     token_id: String,
     q: &HistoryQuery,
     route: &str,
-    read: F,
+    reads: (F, G),
 ) -> Result<Page, ApiError>
 where
     P: Carry,
     F: Fn(String, read::Range) -> Fut + Copy,
     Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
+    G: Fn(String, read::Range) -> GFut + Copy,
+    GFut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
 {
     let res = q.bucket()?;
     check(caller, DataPoint::Prices, q)?;
     let token = token(state, token_id).await?;
     let bound = token_bound(state, caller, q, &token).await?;
     token_page(q, res, route, token, |id, range| {
-        series(q, bound, read, id, range)
+        series(q, bound, reads, id, range)
     })
     .await
 }
 
 /// A market page of a prices-like series (`routes`: the market route and
 /// its token route).
-async fn filled_market_page<P, F, Fut>(
+async fn filled_market_page<P, F, Fut, G, GFut>(
     state: &ApiState,
     caller: &Caller,
     id_or_slug: String,
     q: &HistoryQuery,
     (route, single_route): (&str, &str),
-    read: F,
+    reads: (F, G),
 ) -> Result<Page, ApiError>
 where
     P: Carry,
     F: Fn(String, read::Range) -> Fut + Copy,
     Fut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
+    G: Fn(String, read::Range) -> GFut + Copy,
+    GFut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
 {
     let res = q.bucket()?;
     check(caller, DataPoint::Prices, q)?;
     let market = market(state, id_or_slug).await?;
     let bound = bound(caller, &market);
     market_page(&market, q, res, route, single_route, |id, range| {
-        series(q, bound, read, id, range)
+        series(q, bound, reads, id, range)
     })
     .await
 }
@@ -410,7 +449,15 @@ pub async fn token_prices(
     }
     let store = &state.store;
     let prices = |id: String, range| async move { store.prices(&id, range).await };
-    filled_token_page(&state, &caller, token_id, &q, TOKEN_PRICES, prices).await
+    filled_token_page(
+        &state,
+        &caller,
+        token_id,
+        &q,
+        TOKEN_PRICES,
+        (prices, prices),
+    )
+    .await
 }
 
 /// Order-book history of one token: the last snapshot per bucket, or with
@@ -455,7 +502,7 @@ pub async fn market_prices(
     let store = &state.store;
     let prices = |id: String, range| async move { store.prices(&id, range).await };
     let routes = (MARKET_PRICES, TOKEN_PRICES);
-    filled_market_page(&state, &caller, id_or_slug, &q, routes, prices).await
+    filled_market_page(&state, &caller, id_or_slug, &q, routes, (prices, prices)).await
 }
 
 /// Order-book history for every token of a market, keyed by token label
@@ -669,7 +716,8 @@ pub async fn market_book(
 }
 
 /// Candles of one token: open, high, low and close of the price ticks per
-/// bucket, and their number. Plan-gated as prices.
+/// bucket, and their number; where the bucket holds trades, their volume
+/// and number (a repeated trade id once). Plan-gated as prices.
 #[utoipa::path(get, path = "/v1/tokens/{token_id}/candles", tag = "history",
     params(("token_id" = String, Path, min_length = 1, max_length = 200), HistoryQuery, FillParam),
     responses((status = 200, body = TokenCandlesResponse), (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
@@ -682,9 +730,12 @@ pub async fn token_candles(
     Path(token_id): Path<String>,
     q: HistoryQuery,
 ) -> Result<Page, ApiError> {
-    let store = &state.store;
-    let candles = |id: String, range| async move { store.candles(&id, range).await };
-    filled_token_page(&state, &caller, token_id, &q, TOKEN_CANDLES, candles).await
+    let store = &*state.store;
+    let reads = (
+        |id: String, range| async move { candles_with_trades(store, &id, range).await },
+        |id: String, range| async move { store.candles(&id, range).await },
+    );
+    filled_token_page(&state, &caller, token_id, &q, TOKEN_CANDLES, reads).await
 }
 
 /// Candles of every token of a market, keyed by token label (paged as the
@@ -701,10 +752,13 @@ pub async fn market_candles(
     Path(id_or_slug): Path<String>,
     q: HistoryQuery,
 ) -> Result<Page, ApiError> {
-    let store = &state.store;
-    let candles = |id: String, range| async move { store.candles(&id, range).await };
+    let store = &*state.store;
+    let reads = (
+        |id: String, range| async move { candles_with_trades(store, &id, range).await },
+        |id: String, range| async move { store.candles(&id, range).await },
+    );
     let routes = (MARKET_CANDLES, TOKEN_CANDLES);
-    filled_market_page(&state, &caller, id_or_slug, &q, routes, candles).await
+    filled_market_page(&state, &caller, id_or_slug, &q, routes, reads).await
 }
 
 #[cfg(test)]

@@ -118,6 +118,7 @@ macro_rules! store_conformance {
             large_writes_round_trip: Shared,
             ticks_round_trip_in_key_order_and_page: Shared,
             trade_ids_count_once_whatever_write_they_come_in: Shared,
+            trade_totals_sum_the_deduplicated_trades_per_bucket: Shared,
             book_at_is_the_latest_snapshot_at_or_before: Shared,
             rows_are_whole_and_last_applied_wins: Shared,
             committed_positions_per_partition: Shared,

@@ -10,6 +10,7 @@ pub use super::accounts::*;
 pub use super::ticks::{
     book_at_is_the_latest_snapshot_at_or_before, ticks_round_trip_in_key_order_and_page,
     trade_ids_count_once_whatever_write_they_come_in,
+    trade_totals_sum_the_deduplicated_trades_per_bucket,
 };
 use super::{ensure, store_err, Backend, Check, T0};
 use crate::auth::*;
@@ -205,6 +206,7 @@ pub async fn candles_round_trip_with_their_price_rows(
                     t: r.key.bucket,
                     count: *count,
                     candle: *candle,
+                    trades: None,
                 },
                 other => unreachable!("{other:?}"),
             })

@@ -258,6 +258,170 @@ pub async fn trade_ids_count_once_whatever_write_they_come_in(
     })
 }
 
+/// Trade totals are the sums and counts of the stored (deduplicated)
+/// trades per bucket, computed here from the trades written: a trade id
+/// repeated in a later write counts once, a replay changes nothing, whole
+/// buckets are summed where the range's ends cut them, buckets without
+/// trades are absent, `limit` counts buckets, and a paged read (more trades
+/// than one `ticks` page) sums the same.
+pub async fn trade_totals_sum_the_deduplicated_trades_per_bucket(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    use hindsight_schemas::Resolution;
+    const MIN: i64 = 60_000;
+    let p = partition_of(prefix);
+    let tok = format!("{prefix}-tok");
+    let sized = |ts: i64, offset: u64, size: f64, id: Option<&str>| {
+        tick(
+            &tok,
+            ts,
+            p,
+            offset,
+            TickValue::Trade {
+                price: 0.5,
+                size,
+                side: TradeSide::Buy,
+                trade_id: id.map(String::from),
+            },
+        )
+    };
+    // Bucket 0 (minute): three trades, one with an id; bucket 1: the last
+    // millisecond of it only; bucket 3: a trade at its first millisecond;
+    // bucket 60 (the next hour): one. Sizes whose sum depends on order.
+    let kept = vec![
+        sized(T0, 1, 0.1, Some("A")),
+        sized(T0 + 10, 2, 0.2, None),
+        sized(T0 + 10, 3, 0.3, None),
+        sized(T0 + 2 * MIN - 1, 4, 1e16, Some("B")),
+        sized(T0 + 3 * MIN, 5, 1.0, None),
+        sized(T0 + 60 * MIN + 7, 6, 2.5, Some("C")),
+    ];
+    // The same ids at later positions (in the same write and a later one).
+    let repeated_now = sized(T0 + 30, 7, 100.0, Some("B"));
+    let repeated_later = sized(T0 + 3 * MIN + 1, 8, 200.0, Some("A"));
+    let mut first = kept.clone();
+    first.push(repeated_now);
+    apply(a, first.clone()).await?;
+    apply(a, vec![repeated_later]).await?;
+    apply(a, first).await?;
+    // Independently: the kept trades, bucketed, summed in key order.
+    let expect = |res: Resolution, from: i64, end: i64, limit: usize| {
+        let w = res.width_ms();
+        let mut sorted = kept.clone();
+        sorted.sort_by_key(|t| t.key);
+        let mut out: Vec<(Timestamp, TradeTotals)> = Vec::new();
+        for t in sorted {
+            let bucket = t.key.ts.0.div_euclid(w) * w;
+            let TickValue::Trade { size, .. } = t.value else {
+                unreachable!()
+            };
+            if bucket < from || bucket >= end {
+                continue;
+            }
+            match out.last_mut() {
+                Some((b, tot)) if b.0 == bucket => {
+                    tot.volume += size;
+                    tot.count += 1;
+                }
+                _ => out.push((
+                    Timestamp(bucket),
+                    TradeTotals {
+                        volume: size,
+                        count: 1,
+                    },
+                )),
+            }
+        }
+        out.truncate(limit);
+        out
+    };
+    let cases = [
+        (Resolution::M1, T0, T0 + DAY, 100),
+        (Resolution::H1, T0, T0 + DAY, 100),
+        (Resolution::D1, T0, T0 + DAY, 100),
+        // Ends inside buckets: from bucket 1's middle (bucket 2 on), to
+        // bucket 60's first millisecond (bucket 60 whole).
+        (Resolution::M1, T0 + MIN + 5, T0 + 60 * MIN + 1, 100),
+        (Resolution::M1, T0, T0 + DAY, 2),
+    ];
+    for (res, start, end, limit) in cases {
+        let range = Range {
+            res,
+            start: Timestamp(start),
+            end: Timestamp(end),
+            limit,
+        };
+        let got = b.trade_totals(&tok, range).await.map_err(store_err)?;
+        let w = res.width_ms();
+        let from = start.div_euclid(w) * w + if start.rem_euclid(w) == 0 { 0 } else { w };
+        let want = expect(res, from, end, limit);
+        ensure(got == want, || {
+            format!("totals of {range:?}: {got:#?}, expected {want:#?}")
+        })?;
+    }
+    ensure(
+        expect(Resolution::M1, T0, T0 + DAY, 100)
+            .iter()
+            .map(|(_, t)| t.count)
+            .sum::<u64>()
+            == 6,
+        || "the check's own expectation lost a trade".into(),
+    )?;
+    // More trades than one ticks page: summed across pages alike.
+    let many = format!("{prefix}-many");
+    let n = TRADE_TOTALS_PAGE + 5;
+    let bulk: Vec<Tick> = (0..n)
+        .map(|i| {
+            tick(
+                &many,
+                T0 + (i as i64 % 3) * MIN,
+                p,
+                1_000 + i as u64,
+                TickValue::Trade {
+                    price: 0.5,
+                    size: 0.1 * (i % 7) as f64,
+                    side: TradeSide::Sell,
+                    trade_id: None,
+                },
+            )
+        })
+        .collect();
+    apply(a, bulk.clone()).await?;
+    let mut want: Vec<(Timestamp, TradeTotals)> = Vec::new();
+    let mut sorted = bulk;
+    sorted.sort_by_key(|t| t.key);
+    for t in sorted {
+        let TickValue::Trade { size, .. } = t.value else {
+            unreachable!()
+        };
+        match want.last_mut() {
+            Some((b, tot)) if *b == t.key.ts => {
+                tot.volume += size;
+                tot.count += 1;
+            }
+            _ => want.push((
+                t.key.ts,
+                TradeTotals {
+                    volume: size,
+                    count: 1,
+                },
+            )),
+        }
+    }
+    let range = Range {
+        res: Resolution::M1,
+        start: Timestamp(T0),
+        end: Timestamp(T0 + DAY),
+        limit: 100,
+    };
+    let got = b.trade_totals(&many, range).await.map_err(store_err)?;
+    ensure(got == want, || {
+        format!("totals over several pages: {got:?}, expected {want:?}")
+    })
+}
+
 /// The book at a moment is the snapshot with the greatest key at or before
 /// it (of two at one instant, the later log position), however many empty
 /// time partitions lie between; none before the first, none before `since`.

@@ -110,6 +110,7 @@ def exports(url: str, dataset: str) -> None:
     checked = Counter()
 
     def download(kind: str, fmt: str, **series) -> bytes:
+        # Trades take no resolution (one given is ignored).
         r = httpx.get(f"{url}/v1/export/{kind}", params=dict(span, resolution="1m", format=fmt, **series),
                       headers=headers, timeout=60)
         if r.status_code != 200:
@@ -146,11 +147,52 @@ def exports(url: str, dataset: str) -> None:
         if got != want:
             sys.exit(f"metrics of {market}: the Parquet export differs from the pages")
         checked["metrics"] += len(want)
-    if not all(checked[k] for k in ("prices", "books", "metrics")):
+    # Candles (with their trades' volume and count) against the candle
+    # pages, and trades against the trades pages: Parquet and CSV.
+    def cell(text: str, kind):
+        return None if text == "" else kind(text)
+
+    candle_fields = ["o", "h", "l", "c", "n", "volume", "trades"]
+    candle_kinds = [float, float, float, float, int, float, int]
+    for token in tokens:
+        want = pages(url, f"/v1/tokens/{token}/candles", dict(span, resolution="1m"), headers)
+        want = [(millis(p["t"]), *[p.get(f) for f in candle_fields]) for p in want]
+        table = pq.read_table(io.BytesIO(download("candles", "parquet", token_id=token)),
+                              use_threads=False).to_pylist()
+        got = [(int(row["t"].timestamp() * 1000), *[row[f] for f in candle_fields]) for row in table]
+        if got != want:
+            sys.exit(f"candles of {token}: the Parquet export differs from the pages")
+        rows = list(csv.DictReader(io.StringIO(download("candles", "csv", token_id=token).decode())))
+        got = [(millis(row["t"]), *[cell(row[f], k) for f, k in zip(candle_fields, candle_kinds)])
+               for row in rows]
+        if got != want:
+            sys.exit(f"candles of {token}: the CSV export differs from the pages")
+        checked["candles"] += len(want)
+        checked["candles with trades"] += sum(1 for p in want if p[-1] is not None)
+    trade_tokens = sorted({line["token_id"] for line in lines if line["kind"] == "trade"})
+    trade_fields = ["price", "size", "side", "trade_id"]
+    trade_kinds = [float, float, str, str]
+    for token in trade_tokens:
+        want = pages(url, f"/v1/tokens/{token}/trades", span, headers)
+        want = [(millis(p["t"]), *[p.get(f) for f in trade_fields]) for p in want]
+        table = pq.read_table(io.BytesIO(download("trades", "parquet", token_id=token)),
+                              use_threads=False).to_pylist()
+        got = [(int(row["t"].timestamp() * 1000), *[row[f] for f in trade_fields]) for row in table]
+        if got != want:
+            sys.exit(f"trades of {token}: the Parquet export differs from the pages")
+        rows = list(csv.DictReader(io.StringIO(download("trades", "csv", token_id=token).decode())))
+        got = [(millis(row["t"]), *[cell(row[f], k) for f, k in zip(trade_fields, trade_kinds)])
+               for row in rows]
+        if got != want:
+            sys.exit(f"trades of {token}: the CSV export differs from the pages")
+        checked["trades"] += len(want)
+    if not all(checked[k] for k in ("prices", "books", "metrics", "candles", "candles with trades", "trades")):
         sys.exit(f"the dataset exported nothing to compare: {dict(checked)}")
     print(f"exports equal the pages, row for row (pyarrow {__import__('pyarrow').__version__}): "
           f"{checked['prices']} prices and {checked['books']} books of {len(tokens)} tokens "
-          f"(Parquet and CSV), {checked['metrics']} metrics of {len(markets)} markets (Parquet)")
+          f"(Parquet and CSV), {checked['metrics']} metrics of {len(markets)} markets (Parquet), "
+          f"{checked['candles']} candles ({checked['candles with trades']} with trades) and "
+          f"{checked['trades']} trades (Parquet and CSV)")
     # Every comparison passed (each failure above exits with its reason).
     # End here, without the interpreter's teardown: pyarrow's thread pools
     # can abort it ("terminate called without an active exception", seen
