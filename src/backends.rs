@@ -5,7 +5,9 @@
 //! above this module sees only the traits of `hindsight-contracts`.
 
 use anyhow::{anyhow, Context};
-use hindsight_contracts::{ConsumerSource, EventLog, IdempotencyStore, ProjectionStore, Store};
+use hindsight_contracts::{
+    ConsumerSource, EventLog, ExportJobStore, IdempotencyStore, ProjectionStore, Store,
+};
 use hindsight_kafka::{KafkaConfig, KafkaLog, KafkaSource};
 use hindsight_scylla::{ScyllaConfig, ScyllaStore};
 use hindsight_sqlite::{EmbeddedSource, IdempotencyFile, SqliteLog, SqliteStore};
@@ -96,6 +98,9 @@ pub struct Backends {
     log: Option<Arc<dyn EventLog>>,
     source: Option<Arc<dyn ConsumerSource>>,
     store: Option<Arc<dyn Store>>,
+    /// Export jobs: `exports.db` beside the embedded store; none with the
+    /// CQL store yet.
+    export_jobs: Option<Arc<dyn ExportJobStore>>,
     /// The Kafka producer, flushed by [`Backends::close`].
     kafka: Option<Arc<KafkaLog>>,
     /// The embedded log, when it is the log: dev asks whether it is empty.
@@ -126,15 +131,20 @@ impl Backends {
             )),
             _ => None,
         };
-        let store: Option<Arc<dyn Store>> = match (&cql, needs_store) {
-            (_, false) => None,
-            (Some(cql), true) => Some(cql.clone()),
-            (None, true) => Some(Arc::new(SqliteStore::open(dir)?)),
-        };
+        let (store, export_jobs): (Option<Arc<dyn Store>>, Option<Arc<dyn ExportJobStore>>) =
+            match (&cql, needs_store) {
+                (_, false) => (None, None),
+                (Some(cql), true) => (Some(cql.clone()), None),
+                (None, true) => {
+                    let embedded = Arc::new(SqliteStore::open(dir)?);
+                    (Some(embedded.clone()), Some(embedded))
+                }
+            };
         let mut backends = Backends {
             log: None,
             source: None,
             store: store.clone(),
+            export_jobs,
             kafka: None,
             embedded_log: None,
             _projector_lock: None,
@@ -208,6 +218,11 @@ impl Backends {
         self.store
             .clone()
             .ok_or_else(|| not_connected("the read store"))
+    }
+
+    /// Where export jobs are kept, if this store keeps them.
+    pub fn export_jobs(&self) -> Option<Arc<dyn ExportJobStore>> {
+        self.export_jobs.clone()
     }
 
     /// True when the log has never held an event. Only the embedded log can

@@ -39,6 +39,7 @@ async fn api() -> Api {
         clock: Arc::new(hindsight_schemas::time::SystemClock),
         cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
         exports: Default::default(),
+        jobs: hindsight_api::jobs::Jobs::new(None, Default::default()),
     });
     Api { app, _dir: dir }
 }

@@ -141,6 +141,7 @@ async fn request(path: &str, fail_keys: bool) -> Outcome {
         clock: Arc::new(hindsight_schemas::time::SystemClock),
         cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
         exports: Default::default(),
+        jobs: hindsight_api::jobs::Jobs::new(None, Default::default()),
     };
     let response = router(state)
         .oneshot(

@@ -139,6 +139,7 @@ fn app(store: Minutes, slots: ExportSlots) -> axum::Router {
         clock: Arc::new(hindsight_schemas::time::SystemClock),
         cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
         exports: slots,
+        jobs: hindsight_api::jobs::Jobs::new(None, Default::default()),
     })
 }
 

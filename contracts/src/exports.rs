@@ -112,7 +112,8 @@ impl ExportJob {
 ///
 /// Contract (every write visible to every process at once, as
 /// [`crate::AuthStore`]):
-/// - `create_job` stores a queued job (attempt 0); `job` reads it back,
+/// - `create_job` stores a job as given (the API creates them queued, in
+///   attempt 0); `job` reads it back,
 ///   `jobs(owner)` lists an owner's jobs, newest first.
 /// - `claim_job(now, until)` takes one job that is queued, or running with
 ///   a lease that ran out (`lease_until <= now`): it becomes running, its

@@ -14,6 +14,7 @@ mod dashboard;
 mod dashboard_browser;
 mod estimate;
 mod export;
+mod export_jobs;
 mod faults;
 mod helpers;
 mod ingest_validation;

@@ -17,6 +17,12 @@
 //! chunk, which every HTTP client reports as an incomplete transfer, and
 //! the cause is logged and counted once. An export that completes is the
 //! whole range: nothing is skipped.
+//!
+//! An export whose estimate exceeds the replica's `max_sync_rows` is
+//! refused (413) and pointed at `POST /v1/exports`: a job
+//! ([`crate::jobs`]) runs the same [`Job`] producer into stored chunks
+//! instead of a response body ([`Pieces`] is where the pieces go), so a
+//! job's file is byte for byte the file this route would have sent.
 
 use super::history::{market, token};
 use crate::auth::Caller;
@@ -30,7 +36,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use hindsight_contracts::{self as read, Range};
+use hindsight_contracts::{self as read, Range, Table};
 use hindsight_schemas::api::ErrorResponse;
 use hindsight_schemas::{Granularity, Timestamp};
 use hindsight_telemetry as tm;
@@ -105,7 +111,29 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn as_str(self) -> &'static str {
+    /// The kind a word names (`POST /v1/exports?kind=`).
+    pub fn parse(word: &str) -> Option<Kind> {
+        [Kind::Prices, Kind::Books, Kind::Metrics]
+            .into_iter()
+            .find(|k| k.as_str() == word)
+    }
+
+    /// Whether the export is of a token or a market (else of a market
+    /// only), as its query parser takes it.
+    pub fn by_token(self) -> bool {
+        !matches!(self, Kind::Metrics)
+    }
+
+    /// Where the store counts its rows.
+    fn table(self) -> Table {
+        match self {
+            Kind::Prices => Table::Prices,
+            Kind::Books => Table::Books,
+            Kind::Metrics => Table::Metrics,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
         match self {
             Kind::Prices => "prices",
             Kind::Books => "books",
@@ -121,6 +149,14 @@ impl Kind {
         }
     }
 
+    /// The id a series is read by.
+    fn id(self, s: &Series) -> &str {
+        match self {
+            Kind::Metrics => &s.market_id,
+            Kind::Prices | Kind::Books => &s.token_id,
+        }
+    }
+
     fn point(self) -> DataPoint {
         match self {
             Kind::Prices => DataPoint::Prices,
@@ -132,7 +168,7 @@ impl Kind {
 
 /// One series of the file: a token (prices, books) or a market (metrics).
 #[derive(Debug, Clone)]
-struct Series {
+pub(crate) struct Series {
     market_id: String,
     token_id: String,
 }
@@ -240,9 +276,72 @@ async fn export(
     q: ExportQuery,
     kind: Kind,
 ) -> Result<Response, ApiError> {
+    let export = prepare(&state, &caller, &q, kind).await?;
+    let rows = export.rows(&state).await?;
+    let max = state.jobs.config.max_sync_rows;
+    if rows > max {
+        return Err(ApiError::TooLarge(format!(
+            "This export holds {rows} rows, more than the {max} one response may carry: \
+             create it as a job with POST /v1/exports?kind={} and the same parameters, \
+             then download it when it is done.",
+            kind.as_str()
+        )));
+    }
+    let slot = state.exports.take()?;
+    let encoder = export.encoder()?;
+    let (tx, rx) = mpsc::channel(PIECES_IN_FLIGHT);
+    let filename = format!("attachment; filename=\"{}\"", export.filename());
+    let format = export.format;
+    let (job, series) = Job::new(state, export, Sink { tx, sent: 0 });
+    tokio::spawn(job.run(series, encoder, slot));
+    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|piece| (piece, rx))
+    }));
+    let mut response = (StatusCode::OK, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static(format.content_type()),
+    );
+    // The name is ids the store resolved, restricted to what a filename
+    // and a header may hold.
+    if let Ok(value) = HeaderValue::from_str(&filename) {
+        headers.insert(header::CONTENT_DISPOSITION, value);
+    }
+    Ok(response)
+}
+
+/// An export checked and resolved: what its file holds, ready to produce.
+pub(crate) struct Export {
+    pub kind: Kind,
+    pub format: Format,
+    range: Range,
+    series: Vec<Series>,
+    /// Ids the store resolved, made safe for a filename and a header.
+    name: String,
+}
+
+/// Checks `q` against the caller's plan, then resolves it: one mechanism
+/// for the streamed route and for export jobs.
+pub(crate) async fn prepare(
+    state: &ApiState,
+    caller: &Caller,
+    q: &ExportQuery,
+    kind: Kind,
+) -> Result<Export, ApiError> {
     caller
         .plan
         .check_history(kind.point(), q.resolution, q.start, caller.now)?;
+    resolve(state, q, kind).await
+}
+
+/// The series and range of an export the plan allowed (a job resolves its
+/// stored query again when it runs, without the caller).
+pub(crate) async fn resolve(
+    state: &ApiState,
+    q: &ExportQuery,
+    kind: Kind,
+) -> Result<Export, ApiError> {
     let Granularity::Bucket(res) = q.resolution else {
         return Err(ApiError::Validation(vec![crate::error::issue(
             "query",
@@ -252,47 +351,48 @@ async fn export(
             "enum",
         )]));
     };
-    let (series, name) = series(&state, &q, kind).await?;
-    let slot = state.exports.take()?;
-    let encoder =
-        Encoder::new(q.format, kind.columns()).map_err(|e| ApiError::invariant(e.to_string()))?;
-    let (tx, rx) = mpsc::channel(PIECES_IN_FLIGHT);
-    let range = Range {
-        res,
-        start: q.start,
-        end: q.end,
-        limit: CHUNK,
-    };
-    let job = Job {
-        state,
+    let (series, name) = series(state, q, kind).await?;
+    Ok(Export {
         kind,
         format: q.format,
-        range,
-        sink: Sink { tx, sent: 0 },
-    };
-    tokio::spawn(job.run(series, encoder, slot));
-    let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|piece| (piece, rx))
-    }));
-    let filename = format!(
-        "attachment; filename=\"{}-{}-{}.{}\"",
-        kind.as_str(),
+        range: Range {
+            res,
+            start: q.start,
+            end: q.end,
+            limit: CHUNK,
+        },
+        series,
         name,
-        res.as_str(),
-        q.format.as_str()
-    );
-    let mut response = (StatusCode::OK, body).into_response();
-    let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(q.format.content_type()),
-    );
-    // The name is ids the store resolved, restricted to what a filename
-    // and a header may hold.
-    if let Ok(value) = HeaderValue::from_str(&filename) {
-        headers.insert(header::CONTENT_DISPOSITION, value);
+    })
+}
+
+impl Export {
+    /// Rows the file will hold, as the store counts them.
+    pub(crate) async fn rows(&self, state: &ApiState) -> Result<u64, ApiError> {
+        let mut rows = 0;
+        for s in &self.series {
+            rows += state
+                .store
+                .count(self.kind.table(), self.kind.id(s), self.range)
+                .await?;
+        }
+        Ok(rows)
     }
-    Ok(response)
+
+    pub(crate) fn filename(&self) -> String {
+        format!(
+            "{}-{}-{}.{}",
+            self.kind.as_str(),
+            self.name,
+            self.range.res.as_str(),
+            self.format.as_str()
+        )
+    }
+
+    pub(crate) fn encoder(&self) -> Result<Encoder, ApiError> {
+        Encoder::new(self.format, self.kind.columns())
+            .map_err(|e| ApiError::invariant(e.to_string()))
+    }
 }
 
 /// The series an export reads, in file order, and a name for the file.
@@ -358,8 +458,9 @@ async fn series(
 }
 
 /// Why an export stopped before its end.
-enum Stop {
-    /// The client went away: nothing to report to anyone.
+pub(crate) enum Stop {
+    /// The client went away (or a job's lease was taken over by another
+    /// claim): nothing to report to anyone.
     Gone,
     /// The client stopped reading for [`SEND_TIMEOUT`].
     Stalled,
@@ -379,13 +480,20 @@ impl From<EncodeError> for Stop {
     }
 }
 
+/// Where the pieces of a file go, in order: a response body ([`Sink`]) or
+/// a job's stored chunks. `rows` is how many rows the file holds so far.
+pub(crate) trait Pieces: Send {
+    async fn send(&mut self, piece: Vec<u8>, rows: u64) -> Result<(), Stop>;
+}
+
+/// The pieces of a streamed response body.
 struct Sink {
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
     sent: u64,
 }
 
-impl Sink {
-    async fn send(&mut self, piece: Vec<u8>) -> Result<(), Stop> {
+impl Pieces for Sink {
+    async fn send(&mut self, piece: Vec<u8>, _rows: u64) -> Result<(), Stop> {
         if piece.is_empty() {
             return Ok(());
         }
@@ -402,24 +510,45 @@ impl Sink {
 }
 
 /// One running export: reads, encodes and sends until the range is done.
-struct Job {
+pub(crate) struct Job<S> {
     state: ApiState,
     kind: Kind,
     format: Format,
     range: Range,
-    sink: Sink,
+    pub sink: S,
+    /// Rows encoded so far.
+    pub rows: u64,
 }
 
-impl Job {
-    async fn run(mut self, series: Vec<Series>, mut encoder: Encoder, _slot: OwnedSemaphorePermit) {
-        let outcome = self.write(&series, &mut encoder).await;
-        let outcome = match outcome {
-            Ok(()) => match encoder.finish() {
-                Ok(rest) => self.sink.send(rest).await,
-                Err(e) => Err(Stop::Encode(e)),
-            },
-            Err(stop) => Err(stop),
+impl<S: Pieces> Job<S> {
+    /// The producer of `export`'s file into `sink`, and the series it reads.
+    pub(crate) fn new(state: ApiState, export: Export, sink: S) -> (Self, Vec<Series>) {
+        let job = Job {
+            state,
+            kind: export.kind,
+            format: export.format,
+            range: export.range,
+            sink,
+            rows: 0,
         };
+        (job, export.series)
+    }
+
+    /// The whole file, piece by piece, into the sink.
+    pub(crate) async fn produce(
+        &mut self,
+        series: &[Series],
+        mut encoder: Encoder,
+    ) -> Result<(), Stop> {
+        self.write(series, &mut encoder).await?;
+        let rest = encoder.finish()?;
+        self.sink.send(rest, self.rows).await
+    }
+}
+
+impl Job<Sink> {
+    async fn run(mut self, series: Vec<Series>, encoder: Encoder, _slot: OwnedSemaphorePermit) {
+        let outcome = self.produce(&series, encoder).await;
         let (kind, format) = (self.kind.as_str(), self.format.as_str());
         metrics::counter!(tm::API_EXPORT_BYTES, "kind" => kind, "format" => format)
             .increment(self.sink.sent);
@@ -465,7 +594,9 @@ impl Job {
         let error = std::io::Error::other("export cut short");
         let _ = tokio::time::timeout(SEND_TIMEOUT, self.sink.tx.send(Err(error))).await;
     }
+}
 
+impl<S: Pieces> Job<S> {
     async fn write(&mut self, series: &[Series], enc: &mut Encoder) -> Result<(), Stop> {
         for s in series {
             match self.kind {
@@ -496,17 +627,15 @@ impl Job {
         F: Fn(String, Range) -> Fut,
         Fut: std::future::Future<Output = read::Result<Vec<P>>>,
     {
-        let id = match self.kind {
-            Kind::Metrics => &s.market_id,
-            Kind::Prices | Kind::Books => &s.token_id,
-        };
+        let id = self.kind.id(s);
         let mut range = self.range;
         loop {
-            let points = read(id.clone(), range).await?;
+            let points = read(id.to_string(), range).await?;
             for p in &points {
                 p.encode(s, enc)?;
+                self.rows += 1;
                 if let Some(piece) = enc.ready()? {
-                    self.sink.send(piece).await?;
+                    self.sink.send(piece, self.rows).await?;
                 }
             }
             match points.last() {
