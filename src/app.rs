@@ -50,7 +50,7 @@ impl Embedded {
             dashboard: Default::default(),
             export_jobs: Default::default(),
         };
-        crate::services::api::router(&cfg, self.store.clone(), Some(self.store.clone())).await
+        crate::services::api::router(&cfg, self.store.clone(), self.store.clone()).await
     }
 
     pub fn ingest_router(&self, token: &str, max_body_bytes: usize) -> Router {

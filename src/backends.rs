@@ -21,6 +21,9 @@ const TOPIC_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stopping service waits for Kafka to confirm what it sent.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// The read store and the same backend as the export jobs' store.
+type StoreViews = (Option<Arc<dyn Store>>, Option<Arc<dyn ExportJobStore>>);
+
 /// Which parts of the deployment a command uses; only those are connected,
 /// so `api` needs no brokers.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -98,8 +101,8 @@ pub struct Backends {
     log: Option<Arc<dyn EventLog>>,
     source: Option<Arc<dyn ConsumerSource>>,
     store: Option<Arc<dyn Store>>,
-    /// Export jobs: `exports.db` beside the embedded store; none with the
-    /// CQL store yet.
+    /// Export jobs: `exports.db` beside the embedded store, or the CQL
+    /// store's tables.
     export_jobs: Option<Arc<dyn ExportJobStore>>,
     /// The Kafka producer, flushed by [`Backends::close`].
     kafka: Option<Arc<KafkaLog>>,
@@ -131,15 +134,14 @@ impl Backends {
             )),
             _ => None,
         };
-        let (store, export_jobs): (Option<Arc<dyn Store>>, Option<Arc<dyn ExportJobStore>>) =
-            match (&cql, needs_store) {
-                (_, false) => (None, None),
-                (Some(cql), true) => (Some(cql.clone()), None),
-                (None, true) => {
-                    let embedded = Arc::new(SqliteStore::open(dir)?);
-                    (Some(embedded.clone()), Some(embedded))
-                }
-            };
+        let (store, export_jobs): StoreViews = match (&cql, needs_store) {
+            (_, false) => (None, None),
+            (Some(cql), true) => (Some(cql.clone()), Some(cql.clone())),
+            (None, true) => {
+                let embedded = Arc::new(SqliteStore::open(dir)?);
+                (Some(embedded.clone()), Some(embedded))
+            }
+        };
         let mut backends = Backends {
             log: None,
             source: None,
@@ -220,9 +222,11 @@ impl Backends {
             .ok_or_else(|| not_connected("the read store"))
     }
 
-    /// Where export jobs are kept, if this store keeps them.
-    pub fn export_jobs(&self) -> Option<Arc<dyn ExportJobStore>> {
-        self.export_jobs.clone()
+    /// Where export jobs are kept: the read store's backend.
+    pub fn export_jobs(&self) -> anyhow::Result<Arc<dyn ExportJobStore>> {
+        self.export_jobs
+            .clone()
+            .ok_or_else(|| not_connected("the export job store"))
     }
 
     /// True when the log has never held an event. Only the embedded log can

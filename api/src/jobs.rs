@@ -2,11 +2,11 @@
 //! run in the background by whichever API replica claims them, stored in
 //! chunks, downloaded when done ([`crate::routes::exports`]).
 //!
-//! Every replica runs one [`worker`]: it claims a queued job (or one whose
-//! holder stopped renewing its lease: the replica died or hung), runs the
-//! streamed export's own producer ([`export::Job`]) into [`Chunks`] of
-//! [`CHUNK_BYTES`] (1 MB), renewing its lease with each chunk, and records the
-//! file when it is whole. A claimed job starts over from its first chunk
+//! Every replica runs one worker ([`spawn_worker`]): it claims a queued
+//! job (or one whose holder stopped renewing its lease: the replica died
+//! or hung), runs the streamed export's own producer ([`export::Job`])
+//! into [`Chunks`] of [`CHUNK_BYTES`] (1 MB), renewing its lease with each
+//! chunk, and records the file when it is whole. A claimed job starts over from its first chunk
 //! in a new attempt, so a restarted job's file is the same bytes as an
 //! uninterrupted one's (and as the streamed route's); an attempt that lost
 //! its lease can no longer touch the job ([`ExportJobStore`]'s contract).
@@ -71,24 +71,13 @@ impl Default for JobConfig {
 /// The API's export jobs: where they are stored and how they run.
 #[derive(Clone)]
 pub struct Jobs {
-    /// `None`: the backend keeps no jobs (the CQL store, for now); the job
-    /// routes answer 503 and say so.
-    pub store: Option<Arc<dyn ExportJobStore>>,
+    pub store: Arc<dyn ExportJobStore>,
     pub config: JobConfig,
 }
 
 impl Jobs {
-    pub fn new(store: Option<Arc<dyn ExportJobStore>>, config: JobConfig) -> Self {
+    pub fn new(store: Arc<dyn ExportJobStore>, config: JobConfig) -> Self {
         Jobs { store, config }
-    }
-
-    pub(crate) fn store(&self) -> Result<&Arc<dyn ExportJobStore>, ApiError> {
-        self.store.as_ref().ok_or_else(|| ApiError::Unavailable {
-            detail: "Export jobs are not available on this deployment's store (the CQL store \
-                     keeps none yet); export smaller ranges with GET /v1/export/{kind}."
-                .into(),
-            retry_after: 3600,
-        })
     }
 }
 
@@ -160,9 +149,7 @@ pub(crate) fn response(job: &ExportJob, config: &JobConfig) -> Result<ExportJobR
 
 /// Runs jobs on this replica until the process ends.
 pub fn spawn_worker(state: ApiState) {
-    let Some(store) = state.jobs.store.clone() else {
-        return;
-    };
+    let store = state.jobs.store.clone();
     tokio::spawn(async move {
         let mut expired_at: Option<Instant> = None;
         loop {

@@ -10,7 +10,7 @@
 //! | [`ProjectionStore`], [`ReadStore`] | `store.db` | CQL (`hindsight-scylla`) |
 //! | [`AuthStore`] | `store.db`, `limits.db` | CQL |
 //! | [`AccountStore`] | `accounts.db` | CQL |
-//! | [`ExportJobStore`] | `exports.db` | not yet (the API refuses export jobs) |
+//! | [`ExportJobStore`] | `exports.db` | CQL |
 //!
 //! Every trait states its contract on itself: what a caller may rely on,
 //! whichever backend answers. `docs/contracts.md` is the same in prose, and

@@ -95,7 +95,7 @@ fn data_dir_secret(dir: &Path) -> anyhow::Result<String> {
 pub async fn router(
     cfg: &ApiConfig,
     store: Arc<dyn Store>,
-    jobs: Option<Arc<dyn ExportJobStore>>,
+    jobs: Arc<dyn ExportJobStore>,
 ) -> anyhow::Result<Router> {
     let catalog = Catalog::new(store.clone());
     catalog.refresh().await?;
@@ -129,7 +129,7 @@ pub async fn build(
     Ok(Service::new(
         "api",
         listeners,
-        router(cfg, store, backends.export_jobs()).await?,
+        router(cfg, store, backends.export_jobs()?).await?,
         ops,
     ))
 }

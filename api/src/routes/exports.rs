@@ -36,13 +36,13 @@ use hindsight_telemetry as tm;
         (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
         (status = 403, body = ErrorResponse), (status = 404, body = ErrorResponse),
         (status = 422, body = hindsight_schemas::api::ValidationErrorResponse),
-        (status = 429, body = ErrorResponse), (status = 503, body = ErrorResponse)))]
+        (status = 429, body = ErrorResponse)))]
 pub async fn create_export_job(
     State(state): State<ApiState>,
     caller: Caller,
     q: ExportJobQuery,
 ) -> Result<Response, ApiError> {
-    let store = state.jobs.store()?;
+    let store = &state.jobs.store;
     let kind = Kind::parse(q.kind()?).ok_or_else(|| {
         ApiError::Validation(vec![issue(
             "query",
@@ -82,12 +82,12 @@ pub async fn create_export_job(
 /// The caller's export jobs (its organization's), newest first.
 #[utoipa::path(get, path = "/v1/exports", tag = "export",
     responses((status = 200, body = ExportJobList), (status = 401, body = ErrorResponse),
-        (status = 429, body = ErrorResponse), (status = 503, body = ErrorResponse)))]
+        (status = 429, body = ErrorResponse)))]
 pub async fn list_export_jobs(
     State(state): State<ApiState>,
     caller: Caller,
 ) -> Result<Json<ExportJobList>, ApiError> {
-    let jobs = state.jobs.store()?.jobs(&owner(&caller)).await?;
+    let jobs = state.jobs.store.jobs(&owner(&caller)).await?;
     let data = jobs
         .iter()
         .map(|job| response(job, &state.jobs.config))
@@ -101,7 +101,7 @@ pub async fn list_export_jobs(
     params(("id" = String, Path, description = "The job's id")),
     responses((status = 200, body = ExportJobResponse), (status = 401, body = ErrorResponse),
         (status = 404, body = ErrorResponse), (status = 422, body = hindsight_schemas::api::ValidationErrorResponse),
-        (status = 429, body = ErrorResponse), (status = 503, body = ErrorResponse)))]
+        (status = 429, body = ErrorResponse)))]
 pub async fn get_export_job(
     State(state): State<ApiState>,
     caller: Caller,
@@ -121,7 +121,7 @@ pub async fn get_export_job(
         (status = 401, body = ErrorResponse), (status = 404, body = ErrorResponse),
         (status = 409, description = "The job is not done (queued, running or failed)", body = ErrorResponse),
         (status = 422, body = hindsight_schemas::api::ValidationErrorResponse),
-        (status = 429, body = ErrorResponse), (status = 503, body = ErrorResponse)))]
+        (status = 429, body = ErrorResponse)))]
 pub async fn download_export_job(
     State(state): State<ApiState>,
     caller: Caller,
@@ -136,7 +136,7 @@ pub async fn download_export_job(
         )));
     }
     let shown = response(&job, &state.jobs.config)?;
-    let store = state.jobs.store()?.clone();
+    let store = state.jobs.store.clone();
     let (id, attempt, chunks) = (job.id.clone(), job.attempt, job.chunks);
     // One chunk read at a time, as the connection takes them: memory stays
     // one chunk whatever the file's size. A chunk that cannot be read cuts
@@ -183,7 +183,7 @@ pub async fn download_export_job(
 /// The job `id` if the caller owns it; 404 for any other.
 async fn owned(state: &ApiState, caller: &Caller, id: String) -> Result<ExportJob, ApiError> {
     let id = path_id("id", id)?;
-    let job = state.jobs.store()?.job(&id).await?;
+    let job = state.jobs.store.job(&id).await?;
     job.filter(|job| job.owner == owner(caller))
         .ok_or_else(|| ApiError::NotFound("Export job not found".into()))
 }
