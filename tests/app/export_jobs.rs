@@ -6,77 +6,13 @@
 //! downloads the same bytes; the streamed route refuses, with 413 naming
 //! `POST /v1/exports`, an export over its row limit.
 
+use crate::export::{ingested, input, DAY, HOURS};
 use crate::helpers::*;
 use hindsight_api::jobs::JobConfig;
 use hindsight_contracts::{ExportJobStore, JobStatus};
 use hindsight_schemas::time::Clock;
 use serde_json::Value;
 use std::time::{Duration, Instant};
-
-/// 2025-09-01T00:00:00Z
-const DAY: i64 = 1_756_684_800;
-const HOURS: i64 = 3;
-
-/// Two tokens priced every 20 s, a book every 45 s and metrics every 30 s
-/// over three hours.
-fn body() -> String {
-    let mut lines = vec![market_line("m1")];
-    let end = DAY + HOURS * 3600;
-    let mut x: u64 = 11;
-    let mut next = move || {
-        x = x
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        ((x >> 33) % 10_000) as f64 / 10_000.0
-    };
-    for t in (DAY..end).step_by(20) {
-        lines.push(price_line("m1", "m1-yes", t, next()));
-        lines.push(price_line("m1", "m1-no", t + 3, next()));
-    }
-    for t in (DAY..end).step_by(45) {
-        lines.push(format!(
-            r#"{{"kind":"book","market_id":"m1","token_id":"m1-yes","ts":{t},"bids":[[{},10]],"asks":[[{},3]]}}"#,
-            0.1 + next() * 0.4,
-            0.55 + next() * 0.4
-        ));
-    }
-    for t in (DAY..end).step_by(30) {
-        lines.push(format!(
-            r#"{{"kind":"metrics","market_id":"m1","ts":{t},"volume":{},"liquidity":{},"spread":{}}}"#,
-            next() * 1e6,
-            next() * 1e5,
-            next()
-        ));
-    }
-    lines.join("\n")
-}
-
-async fn ingested(app: &TestApp) {
-    let (status, ack) = ingest(app, body()).await;
-    assert_eq!(status, 200, "{ack}");
-    assert_eq!(ack["rejected_count"], 0, "{ack}");
-    let last = DAY + HOURS * 3600 - 60;
-    for path in [
-        format!(
-            "/v1/tokens/m1-no/prices?start_ts={last}&end_ts={}&resolution=1m",
-            last + 60
-        ),
-        format!(
-            "/v1/tokens/m1-yes/books?start_ts={}&end_ts={}&resolution=1m",
-            last - 60,
-            last + 60
-        ),
-        format!(
-            "/v1/markets/m1/metrics?start_ts={last}&end_ts={}&resolution=1m",
-            last + 60
-        ),
-    ] {
-        wait_for(app, &path, |b| {
-            b["data"].as_array().is_some_and(|d| !d.is_empty())
-        })
-        .await;
-    }
-}
 
 /// Small chunks: every file here spans many of them.
 fn options() -> Options {
@@ -128,7 +64,7 @@ async fn done(base: &str, key: &str, id: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_export_job_downloads_the_bytes_of_the_streamed_export_in_csv_and_parquet() {
     let app = spawn_app_with("export-jobs", options()).await;
-    ingested(&app).await;
+    ingested(&app, &input()).await;
     let key = app.key("enterprise").await;
     let range = format!("start_ts={DAY}&end_ts={}", DAY + HOURS * 3600);
     let mut ids = Vec::new();
@@ -206,7 +142,7 @@ async fn an_export_job_downloads_the_bytes_of_the_streamed_export_in_csv_and_par
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn export_jobs_are_their_organizations_gated_by_the_plan_and_rate_counted() {
     let app = spawn_app_with("export-jobs-owners", options()).await;
-    ingested(&app).await;
+    ingested(&app, &input()).await;
     let (ours, colleague) = (
         app.key_of("org-a", "pro").await,
         app.key_of("org-a", "pro").await,
@@ -357,7 +293,7 @@ async fn a_job_whose_replica_died_runs_again_after_its_lease_and_downloads_the_s
         ..Options::default()
     };
     let app = spawn_app_with("export-jobs-restart", idle).await;
-    ingested(&app).await;
+    ingested(&app, &input()).await;
     let key = app.key("enterprise").await;
     let query = format!(
         "market_id=m1&start_ts={DAY}&end_ts={}&resolution=1m&format=parquet",
@@ -445,7 +381,7 @@ async fn an_export_over_the_row_limit_is_refused_with_413_naming_export_jobs() {
         ..Options::default()
     };
     let app = spawn_app_with("export-jobs-limit", opts).await;
-    ingested(&app).await;
+    ingested(&app, &input()).await;
     let key = app.key("enterprise").await;
     let range = format!("start_ts={DAY}&end_ts={}", DAY + HOURS * 3600);
     let small = format!("token_id=m1-yes&{range}&resolution=1h");

@@ -233,6 +233,7 @@ macro_rules! export_route {
                     content((String = "text/csv"), (Vec<u8> = "application/vnd.apache.parquet"))),
                 (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
                 (status = 403, body = ErrorResponse), (status = 404, body = ErrorResponse),
+                (status = 413, description = "More rows than one response carries (`--export-max-sync-rows`): create the export as a job with `POST /v1/exports`", body = ErrorResponse),
                 (status = 422, body = hindsight_schemas::api::ValidationErrorResponse),
                 (status = 429, body = ErrorResponse), (status = 503, body = ErrorResponse)))]
         pub async fn $name(
