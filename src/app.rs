@@ -48,8 +48,9 @@ impl Embedded {
             cursors: CursorKeys::new(&[hindsight_api::keys::random_hex(32)])
                 .map_err(anyhow::Error::msg)?,
             dashboard: Default::default(),
+            export_jobs: Default::default(),
         };
-        crate::services::api::router(&cfg, self.store.clone()).await
+        crate::services::api::router(&cfg, self.store.clone(), self.store.clone()).await
     }
 
     pub fn ingest_router(&self, token: &str, max_body_bytes: usize) -> Router {

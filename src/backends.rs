@@ -5,7 +5,9 @@
 //! above this module sees only the traits of `hindsight-contracts`.
 
 use anyhow::{anyhow, Context};
-use hindsight_contracts::{ConsumerSource, EventLog, IdempotencyStore, ProjectionStore, Store};
+use hindsight_contracts::{
+    ConsumerSource, EventLog, ExportJobStore, IdempotencyStore, ProjectionStore, Store,
+};
 use hindsight_kafka::{KafkaConfig, KafkaLog, KafkaSource};
 use hindsight_scylla::{ScyllaConfig, ScyllaStore};
 use hindsight_sqlite::{EmbeddedSource, IdempotencyFile, SqliteLog, SqliteStore};
@@ -18,6 +20,9 @@ use std::time::Duration;
 const TOPIC_CHECK_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a stopping service waits for Kafka to confirm what it sent.
 const FLUSH_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The read store and the same backend as the export jobs' store.
+type StoreViews = (Option<Arc<dyn Store>>, Option<Arc<dyn ExportJobStore>>);
 
 /// Which parts of the deployment a command uses; only those are connected,
 /// so `api` needs no brokers.
@@ -96,6 +101,9 @@ pub struct Backends {
     log: Option<Arc<dyn EventLog>>,
     source: Option<Arc<dyn ConsumerSource>>,
     store: Option<Arc<dyn Store>>,
+    /// Export jobs: `exports.db` beside the embedded store, or the CQL
+    /// store's tables.
+    export_jobs: Option<Arc<dyn ExportJobStore>>,
     /// The Kafka producer, flushed by [`Backends::close`].
     kafka: Option<Arc<KafkaLog>>,
     /// The embedded log, when it is the log: dev asks whether it is empty.
@@ -126,15 +134,19 @@ impl Backends {
             )),
             _ => None,
         };
-        let store: Option<Arc<dyn Store>> = match (&cql, needs_store) {
-            (_, false) => None,
-            (Some(cql), true) => Some(cql.clone()),
-            (None, true) => Some(Arc::new(SqliteStore::open(dir)?)),
+        let (store, export_jobs): StoreViews = match (&cql, needs_store) {
+            (_, false) => (None, None),
+            (Some(cql), true) => (Some(cql.clone()), Some(cql.clone())),
+            (None, true) => {
+                let embedded = Arc::new(SqliteStore::open(dir)?);
+                (Some(embedded.clone()), Some(embedded))
+            }
         };
         let mut backends = Backends {
             log: None,
             source: None,
             store: store.clone(),
+            export_jobs,
             kafka: None,
             embedded_log: None,
             _projector_lock: None,
@@ -208,6 +220,13 @@ impl Backends {
         self.store
             .clone()
             .ok_or_else(|| not_connected("the read store"))
+    }
+
+    /// Where export jobs are kept: the read store's backend.
+    pub fn export_jobs(&self) -> anyhow::Result<Arc<dyn ExportJobStore>> {
+        self.export_jobs
+            .clone()
+            .ok_or_else(|| not_connected("the export job store"))
     }
 
     /// True when the log has never held an event. Only the embedded log can

@@ -50,6 +50,7 @@ fn load_plans(args: &PlanArgs) -> anyhow::Result<Plans> {
 fn api_config(
     plans: &PlanArgs,
     cursor: &CursorArgs,
+    exports: &ExportJobArgs,
     backends: &BackendConfig,
     dashboard: DashboardConfig,
 ) -> anyhow::Result<ApiConfig> {
@@ -58,6 +59,7 @@ fn api_config(
         clock: Arc::new(SystemClock),
         cursors: services::api::cursor_keys(&cursor.cursor_secret, backends)?,
         dashboard,
+        export_jobs: exports.config(),
     })
 }
 
@@ -74,6 +76,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let api = api_config(
         &args.plans,
         &args.cursor,
+        &args.exports,
         &args.backends(),
         args.public.dashboard(args.listen),
     )?;
@@ -202,6 +205,7 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
     let cfg = api_config(
         &args.plans,
         &args.cursor,
+        &args.exports,
         &backend_config,
         args.public.dashboard(args.listen),
     )?;

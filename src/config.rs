@@ -291,6 +291,43 @@ impl PublicUrlArgs {
     }
 }
 
+/// How the API runs bulk exports too large for one response (`api`, `dev`).
+#[derive(Args, Clone, Debug)]
+pub struct ExportJobArgs {
+    /// Largest export, in rows, `GET /v1/export/{kind}` streams; a larger
+    /// one is refused with 413 and its detail names `POST /v1/exports`,
+    /// which runs it as a job.
+    #[arg(
+        long,
+        env = "HINDSIGHT_EXPORT_MAX_SYNC_ROWS",
+        default_value_t = 50_000_000
+    )]
+    pub export_max_sync_rows: u64,
+    /// Days a finished export job and its file are kept before deletion.
+    #[arg(long, env = "HINDSIGHT_EXPORT_JOB_RETENTION_DAYS", default_value_t = 7, value_parser = clap::value_parser!(u64).range(1..))]
+    pub export_job_retention_days: u64,
+    /// Seconds a replica's claim on a job stands without renewal (renewed
+    /// with every 1 MB chunk): a job whose replica died runs again this
+    /// long after its last chunk.
+    #[arg(long, env = "HINDSIGHT_EXPORT_JOB_LEASE_SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..))]
+    pub export_job_lease_secs: u64,
+    /// Milliseconds an idle replica waits between looks for a queued job.
+    #[arg(long, env = "HINDSIGHT_EXPORT_JOB_POLL_MS", default_value_t = 1000, value_parser = clap::value_parser!(u64).range(1..))]
+    pub export_job_poll_ms: u64,
+}
+
+impl ExportJobArgs {
+    pub fn config(&self) -> hindsight_api::jobs::JobConfig {
+        hindsight_api::jobs::JobConfig {
+            max_sync_rows: self.export_max_sync_rows,
+            retention: Duration::from_secs(self.export_job_retention_days * 86_400),
+            lease: Duration::from_secs(self.export_job_lease_secs),
+            poll: Duration::from_millis(self.export_job_poll_ms),
+            chunk_bytes: hindsight_api::jobs::CHUNK_BYTES,
+        }
+    }
+}
+
 /// How the API signs its pagination cursors (`api`, `dev`).
 #[derive(Args, Clone, Debug)]
 pub struct CursorArgs {
@@ -456,6 +493,8 @@ pub struct DevArgs {
     #[command(flatten)]
     pub cursor: CursorArgs,
     #[command(flatten)]
+    pub exports: ExportJobArgs,
+    #[command(flatten)]
     pub public: PublicUrlArgs,
     /// The API key dev accepts (generated and printed when unset).
     #[arg(long, env = "HINDSIGHT_DEMO_API_KEY", hide_env_values = true)]
@@ -586,6 +625,8 @@ pub struct ApiArgs {
     pub plans: PlanArgs,
     #[command(flatten)]
     pub cursor: CursorArgs,
+    #[command(flatten)]
+    pub exports: ExportJobArgs,
     #[command(flatten)]
     pub public: PublicUrlArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8080")]

@@ -46,6 +46,12 @@ pub enum ApiError {
     /// (a candle of a bucket projected before candles were stored); the
     /// detail says what the operator runs to fill it.
     NotDerived(String),
+    /// 409: what was asked for is not ready yet (an export job's file
+    /// before the job is done).
+    NotReady(String),
+    /// 413: the request asks for more than one response carries (an export
+    /// over the replica's row limit); the detail says what to do instead.
+    TooLarge(String),
     /// 429: the caller's window is full; `Retry-After` says when one more fits.
     RateLimited(RateState),
     /// 503: this replica has no room for the request now; `Retry-After`
@@ -92,6 +98,8 @@ impl ApiError {
             ApiError::Forbidden { .. } => StatusCode::FORBIDDEN,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
             ApiError::NotDerived(_) => StatusCode::CONFLICT,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::NotReady(_) => StatusCode::CONFLICT,
             ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             ApiError::Validation(_) => StatusCode::UNPROCESSABLE_ENTITY,
             ApiError::RateLimited(_) => StatusCode::TOO_MANY_REQUESTS,
@@ -107,6 +115,31 @@ impl ApiError {
             "{INVALID_CURSOR}: the `cursor` parameter must be a `metadata.next_cursor` \
              returned for {bound}, passed back unchanged"
         ))
+    }
+
+    /// What the client reads of it, as one line: the `detail`, or each
+    /// validation issue's place and message (an export job records this
+    /// when it fails).
+    pub fn detail(&self) -> String {
+        match self {
+            ApiError::Validation(issues) => issues
+                .iter()
+                .map(|i| format!("{}: {}", i.loc.join("."), i.msg))
+                .collect::<Vec<_>>()
+                .join("; "),
+            ApiError::MissingKey => MISSING_KEY.into(),
+            ApiError::InvalidKey => INVALID_KEY.into(),
+            ApiError::RateLimited(_) => RATE_LIMITED.into(),
+            ApiError::Internal(_) => INTERNAL.into(),
+            ApiError::Forbidden { detail, .. } | ApiError::Unavailable { detail, .. } => {
+                detail.clone()
+            }
+            ApiError::NotFound(m)
+            | ApiError::BadRequest(m)
+            | ApiError::NotDerived(m)
+            | ApiError::TooLarge(m)
+            | ApiError::NotReady(m) => m.clone(),
+        }
     }
 
     /// A 500 for a broken assumption, described for the log.
@@ -144,7 +177,11 @@ impl IntoResponse for ApiError {
                 metrics::counter!(tm::API_FORBIDDEN, "reason" => reason).increment(1);
                 detail
             }
-            ApiError::NotFound(m) | ApiError::BadRequest(m) | ApiError::NotDerived(m) => m,
+            ApiError::NotFound(m)
+            | ApiError::BadRequest(m)
+            | ApiError::NotDerived(m)
+            | ApiError::TooLarge(m)
+            | ApiError::NotReady(m) => m,
             ApiError::RateLimited(rate) => {
                 let mut r = (
                     status,

@@ -13,6 +13,8 @@
 //! - [`conditional`]: `If-None-Match` → `304`, for any answer with an `ETag`.
 //! - [`export`]: export files (CSV, Parquet) encoded in pieces as the
 //!   store is read, for the streamed bulk export routes.
+//! - [`jobs`]: export jobs (`POST /v1/exports`): the worker that runs
+//!   them with the streamed export's producer into stored chunks.
 //! - [`openapi`]: the OpenAPI document, generated from the handlers.
 //! - [`keys`]: creating API keys (only hashes are stored).
 //! - [`dashboard`]: the account holders' pages under `/dashboard`: sign-in,
@@ -31,6 +33,7 @@ pub mod cursor;
 pub mod dashboard;
 pub mod error;
 pub mod export;
+pub mod jobs;
 pub mod keys;
 pub mod openapi;
 pub mod page;
@@ -67,6 +70,8 @@ pub struct ApiState {
     pub cursors: cursor::CursorKeys,
     /// The bulk exports this replica may run at once.
     pub exports: routes::export::ExportSlots,
+    /// Export jobs: their store and how they run.
+    pub jobs: jobs::Jobs,
 }
 
 /// The query extractors seal and open cursors with the API's keys.
@@ -101,6 +106,15 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/export/metrics", get(routes::export::export_metrics))
         .route("/v1/export/trades", get(routes::export::export_trades))
         .route("/v1/export/candles", get(routes::export::export_candles))
+        .route(
+            "/v1/exports",
+            get(routes::exports::list_export_jobs).post(routes::exports::create_export_job),
+        )
+        .route("/v1/exports/{id}", get(routes::exports::get_export_job))
+        .route(
+            "/v1/exports/{id}/download",
+            get(routes::exports::download_export_job),
+        )
         .route(
             "/v1/markets/{id_or_slug}/candles",
             get(history::market_candles),

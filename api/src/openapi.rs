@@ -4,7 +4,7 @@
 //! keeps equal to this (`hindsight openapi > api/openapi.json` refreshes it).
 
 use crate::page;
-use crate::routes::{self, discovery, estimate, export, history};
+use crate::routes::{self, discovery, estimate, export, exports, history};
 use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::link::LinkBuilder;
@@ -42,6 +42,10 @@ use utoipa::{Modify, OpenApi};
         export::export_metrics,
         export::export_trades,
         export::export_candles,
+        exports::create_export_job,
+        exports::list_export_jobs,
+        exports::get_export_job,
+        exports::download_export_job,
         history::token_trades,
         history::token_book,
         history::market_book,
@@ -54,7 +58,7 @@ use utoipa::{Modify, OpenApi};
         (name = "history", description = "Prices, candles, metrics, order books and trades"),
         (name = "snapshots", description = "The order book at a moment"),
         (name = "estimate", description = "Points and bytes a history request would return"),
-        (name = "export", description = "Whole ranges as one CSV or Parquet file")
+        (name = "export", description = "Whole ranges as one CSV or Parquet file, streamed or as jobs")
     )
 )]
 struct ApiDoc;

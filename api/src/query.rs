@@ -21,6 +21,7 @@ use axum::http::request::Parts;
 use hindsight_contracts::{Range, TickKey, TickRange};
 use hindsight_schemas::api::ValidationIssue;
 use hindsight_schemas::{Granularity, Resolution, Timestamp, MAX_ID_LEN};
+use std::collections::BTreeMap;
 use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
 use utoipa::IntoParams;
 
@@ -671,6 +672,89 @@ impl ExportQuery {
             resolution,
             format,
         })
+    }
+}
+
+/// The query of `POST /v1/exports`: the export's `kind`, and the
+/// parameters `/v1/export/{kind}` takes, parsed by [`ExportQuery`]'s own
+/// parser once the kind says whether a token may be given. A job stores
+/// them as given ([`ExportJobQuery::params`]), so it runs its export
+/// again, after a restart, through that same parser: timestamps are
+/// absolute, so the range does not move.
+pub struct ExportJobQuery(QueryPairs);
+
+/// What an export job keeps of its query: the parameters an export reads.
+const EXPORT_JOB_PARAMS: [&str; 7] = [
+    "kind",
+    "token_id",
+    "market_id",
+    "start_ts",
+    "end_ts",
+    "resolution",
+    "format",
+];
+
+impl ExportJobQuery {
+    /// `kind`, as given; 422 when it is missing.
+    pub fn kind(&self) -> Result<&str, ApiError> {
+        self.0.get("kind").ok_or_else(|| {
+            ApiError::Validation(vec![issue("query", "kind", "Field required", "missing")])
+        })
+    }
+
+    /// The export's query; `by_token` and `by_resolution` as for
+    /// [`ExportQuery`]'s routes.
+    pub fn export(&self, by_token: bool, by_resolution: bool) -> Result<ExportQuery, ApiError> {
+        ExportQuery::parse(&self.0, by_token, by_resolution)
+    }
+
+    /// The parameters an export reads, to store with a job.
+    pub fn params(&self) -> BTreeMap<String, String> {
+        EXPORT_JOB_PARAMS
+            .iter()
+            .filter_map(|&name| self.0.get(name).map(|v| (name.to_string(), v.to_string())))
+            .collect()
+    }
+
+    /// A query from parameters [`ExportJobQuery::params`] gave.
+    pub fn from_params(params: BTreeMap<String, String>) -> Self {
+        ExportJobQuery(QueryPairs(params.into_iter().collect()))
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for ExportJobQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        QueryPairs::from_parts(parts, state)
+            .await
+            .map(ExportJobQuery)
+    }
+}
+
+impl IntoParams for ExportJobQuery {
+    fn into_params(
+        parameter_in_provider: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        let kind = utoipa::openapi::path::ParameterBuilder::new()
+            .name("kind")
+            .parameter_in(utoipa::openapi::path::ParameterIn::Query)
+            .required(utoipa::openapi::Required::True)
+            .description(Some(
+                "What to export: `prices`, `books`, `metrics` or `candles` at a bucket \
+                 resolution (the `{kind}` of `/v1/export/{kind}`, whose parameters follow; \
+                 `metrics` takes `market_id` only). Tick-level exports (`trades`, \
+                 `resolution=tick`) stream from `/v1/export/{kind}` only.",
+            ))
+            .schema(Some(
+                ObjectBuilder::new()
+                    .schema_type(Type::String)
+                    .enum_values(Some(["prices", "books", "metrics", "candles"])),
+            ))
+            .build();
+        std::iter::once(kind)
+            .chain(ExportQuery::into_params(parameter_in_provider))
+            .collect()
     }
 }
 

@@ -141,6 +141,13 @@ async fn request(path: &str, fail_keys: bool) -> Outcome {
         clock: Arc::new(hindsight_schemas::time::SystemClock),
         cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
         exports: Default::default(),
+        // Export jobs in a directory that outlives the router.
+        jobs: hindsight_api::jobs::Jobs::new(
+            Arc::new(
+                hindsight_sqlite::SqliteStore::open(&tempfile::tempdir().unwrap().keep()).unwrap(),
+            ),
+            Default::default(),
+        ),
     };
     let response = router(state)
         .oneshot(

@@ -139,6 +139,13 @@ fn app(store: Minutes, slots: ExportSlots) -> axum::Router {
         clock: Arc::new(hindsight_schemas::time::SystemClock),
         cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
         exports: slots,
+        // Export jobs in a directory that outlives the router.
+        jobs: hindsight_api::jobs::Jobs::new(
+            Arc::new(
+                hindsight_sqlite::SqliteStore::open(&tempfile::tempdir().unwrap().keep()).unwrap(),
+            ),
+            Default::default(),
+        ),
     })
 }
 

@@ -41,13 +41,16 @@ fn document_is_openapi_3_1_version_0_1_1_with_every_spec_route_and_the_additions
         "/v1/export/metrics",
         "/v1/export/trades",
         "/v1/export/candles",
+        "/v1/exports",
+        "/v1/exports/{id}",
+        "/v1/exports/{id}/download",
         "/v1/tokens/{token_id}/trades",
         "/v1/tokens/{token_id}/book",
         "/v1/markets/{id_or_slug}/book",
     ] {
         assert!(paths.contains_key(route), "{route}");
     }
-    assert_eq!(paths.len(), 23);
+    assert_eq!(paths.len(), 26);
 }
 
 #[test]

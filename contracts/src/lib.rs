@@ -10,6 +10,7 @@
 //! | [`ProjectionStore`], [`ReadStore`] | `store.db` | CQL (`hindsight-scylla`) |
 //! | [`AuthStore`] | `store.db`, `limits.db` | CQL |
 //! | [`AccountStore`] | `accounts.db` | CQL |
+//! | [`ExportJobStore`] | `exports.db` | CQL |
 //!
 //! Every trait states its contract on itself: what a caller may rely on,
 //! whichever backend answers. `docs/contracts.md` is the same in prose, and
@@ -21,6 +22,7 @@
 pub mod accounts;
 pub mod auth;
 pub mod error;
+pub mod exports;
 pub mod log;
 pub mod store;
 
@@ -36,6 +38,7 @@ pub use accounts::{
 };
 pub use auth::{ApiKeyRecord, AuthStore, RateHits};
 pub use error::{Error, ErrorKind, Result};
+pub use exports::{ExportJob, ExportJobStore, JobStatus};
 pub use log::{
     AppendBatch, AppendOutcome, Claim, ConsumerSource, Delivered, EventLog, Hold, Idempotency,
     IdempotencyStore, LogConsumer, Marker, Position,

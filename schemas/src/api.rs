@@ -292,6 +292,48 @@ pub struct MetricsResponse {
     pub metadata: PageMetadata,
 }
 
+/// An export job (beyond SPEC.md): a bulk export run in the background,
+/// its progress, and where to download its file once it is done.
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct ExportJobResponse {
+    pub id: String,
+    /// `prices`, `books` or `metrics`.
+    pub kind: String,
+    /// `csv` or `parquet`.
+    pub format: String,
+    /// `queued`, `running`, `done` or `failed`.
+    pub status: String,
+    /// Rows written so far (the file's, when done).
+    #[schema(minimum = 0)]
+    pub rows: u64,
+    /// Bytes written so far (the file's, when done).
+    #[schema(minimum = 0)]
+    pub bytes: u64,
+    /// Rows the export was estimated to hold when it was created.
+    #[schema(minimum = 0)]
+    pub total_rows: u64,
+    /// `rows / total_rows`, from 0 to 1 (1 when done).
+    pub progress: f64,
+    /// ISO 8601.
+    pub created_at: String,
+    /// When it became `done` or `failed` (ISO 8601).
+    pub finished_at: Option<String>,
+    /// Until when the file is kept (ISO 8601), once finished.
+    pub expires_at: Option<String>,
+    /// Why it failed.
+    pub error: Option<String>,
+    /// The name the download carries.
+    pub filename: String,
+    /// `/v1/exports/{id}/download` once done, else null.
+    pub download_url: Option<String>,
+}
+
+/// The caller's export jobs, newest first.
+#[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]
+pub struct ExportJobList {
+    pub data: Vec<ExportJobResponse>,
+}
+
 /// What a history request would return, without reading it (beyond
 /// SPEC.md): its points and the approximate bytes of its pages.
 #[derive(Debug, Clone, Serialize, PartialEq, ToSchema)]

@@ -24,7 +24,7 @@ use hindsight_contracts::{
 use hindsight_schemas::Timestamp;
 use scylla::value::CqlTimestamp;
 
-fn stmt(name: &str, cql: String, binds: &[&'static str]) -> Stmt {
+pub(crate) fn stmt(name: &str, cql: String, binds: &[&'static str]) -> Stmt {
     Stmt {
         name: name.into(),
         cql,
@@ -144,7 +144,7 @@ type UserRow = (String, String, String, Option<String>, CqlTimestamp);
 type OrgKeyRow = (String, String, String, String, Vec<u8>, CqlTimestamp);
 
 impl ScyllaStore {
-    async fn rows<R>(
+    pub(crate) async fn rows<R>(
         &self,
         op: &'static str,
         name: &str,

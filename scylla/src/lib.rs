@@ -6,6 +6,8 @@
 //! - [`statements`]: every statement the backend prepares, as data.
 //! - [`store`]: [`ScyllaStore`], implementing the read-store interfaces.
 //! - [`accounts`]: the same store as the dashboard's `AccountStore`.
+//! - [`exports`]: the same store as the API's `ExportJobStore` (export
+//!   jobs and their files in chunks).
 //! - [`idempotency`]: the same store as ingest's `IdempotencyStore` in Kafka
 //!   mode (`idempotency_keys`, lightweight transactions).
 //!
@@ -37,6 +39,7 @@
 //!   token only. Performance figures from Cassandra say nothing of ScyllaDB.
 
 pub mod accounts;
+pub mod exports;
 pub mod idempotency;
 pub mod schema;
 pub mod statements;

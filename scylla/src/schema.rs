@@ -29,7 +29,10 @@
 /// Version 8: the dashboard's accounts (`organizations`, `users`,
 /// `users_by_org`, `sign_in_tokens`, `sessions`, `org_keys`, `key_usage`,
 /// `key_last_used`), created empty.
-pub const SCHEMA_VERSION: i32 = 8;
+/// Version 9: export jobs (`export_jobs`, `export_jobs_by_owner`,
+/// `export_job_queue`, `export_chunks`, `export_chunk_index`), created
+/// empty.
+pub const SCHEMA_VERSION: i32 = 9;
 
 /// The first version whose keyspaces keep `series_periods` up to date.
 pub const INDEXED_SINCE: i32 = 5;

@@ -389,6 +389,7 @@ pub fn all(ks: &str) -> Vec<Stmt> {
         &["int", "timestamp", "text", "blob"],
     ));
     out.extend(crate::accounts::statements(ks));
+    out.extend(crate::exports::statements(ks));
     out
 }
 

@@ -335,7 +335,7 @@ impl ScyllaStore {
     }
 
     /// Every page of an unbounded read.
-    async fn scan<F>(&self, name: &str, mut each: F) -> Result<()>
+    pub(crate) async fn scan<F>(&self, name: &str, mut each: F) -> Result<()>
     where
         F: FnMut(&scylla::response::query_result::QueryRowsResult) -> Result<()>,
     {

@@ -1,5 +1,5 @@
-//! The CQL store passes the shared read-store and idempotency-store
-//! conformance suites on a real node, one test per check:
+//! The CQL store passes the shared read-store, idempotency-store and
+//! export-job-store conformance suites on a real node, one test per check:
 //!
 //! ```text
 //! eval "$(scripts/engines.sh start)"      # Apache Cassandra 5.0 on loopback
@@ -14,8 +14,10 @@
 //! exclusive check (`reset`). Keyspaces of earlier runs whose process is
 //! gone are dropped first, so a long-lived node does not pile them up.
 
-use hindsight_contracts::conformance::{Backend, IdempotencyPair, Scope, StorePair};
-use hindsight_contracts::IdempotencyStore;
+use hindsight_contracts::conformance::{
+    Backend, ExportJobsPair, IdempotencyPair, Scope, StorePair,
+};
+use hindsight_contracts::{ExportJobStore, IdempotencyStore};
 use hindsight_scylla::store::parse_consistency;
 use hindsight_scylla::{ScyllaConfig, ScyllaStore};
 use scylla::client::session_builder::SessionBuilder;
@@ -147,9 +149,27 @@ async fn idempotency(_prefix: &str) -> IdempotencyPair {
     }
 }
 
+/// Two stores (two sessions) on a keyspace of the check's own: a claim
+/// takes any job of the store.
+async fn export_jobs(_prefix: &str) -> ExportJobsPair {
+    let keyspace = fresh_keyspace().await;
+    let connect = || async {
+        let store = ScyllaStore::connect(config(keyspace.clone()))
+            .await
+            .expect("connect");
+        Arc::new(store) as Arc<dyn ExportJobStore>
+    };
+    ExportJobsPair {
+        a: connect().await,
+        b: connect().await,
+        keep: Box::new(()),
+    }
+}
+
 mod cql {
     hindsight_contracts::store_conformance!(super::store);
     hindsight_contracts::idempotency_conformance!(super::idempotency);
+    hindsight_contracts::export_jobs_conformance!(super::export_jobs);
 }
 
 /// A keyspace written before `series_periods` existed (schema version 4)

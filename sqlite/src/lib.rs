@@ -14,6 +14,8 @@
 //!   sessions, organizations' keys and per-key usage counts (`accounts`).
 //!   `synchronous=NORMAL`, as `limits.db`: every API request counts here;
 //!   a power loss may roll back the last transactions, never corrupt.
+//! - `exports.db`: export jobs and their files in chunks (`exports`).
+//!   `synchronous=FULL`: a job answered with `202` survives power loss.
 //! - `idempotency.db`: claims of idempotency keys ([`IdempotencyFile`]) for
 //!   an ingest process whose log is Kafka and that has no CQL store.
 //!
@@ -24,6 +26,7 @@
 
 mod accounts;
 mod db;
+mod exports;
 mod idempotency;
 mod limits;
 mod log;

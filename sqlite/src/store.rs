@@ -205,6 +205,7 @@ pub struct SqliteStore {
     readers: Arc<Pool>,
     limits: RateLog,
     pub(crate) accounts: crate::accounts::Accounts,
+    pub(crate) exports: crate::exports::ExportJobs,
 }
 
 impl SqliteStore {
@@ -230,11 +231,13 @@ impl SqliteStore {
         )?;
         let limits = RateLog::open(dir)?;
         let accounts = crate::accounts::Accounts::open(dir)?;
+        let exports = crate::exports::ExportJobs::open(dir)?;
         Ok(SqliteStore {
             writer: Arc::new(Mutex::new(conn)),
             readers: Arc::new(Pool::new(path, Durability::Normal)),
             limits,
             accounts,
+            exports,
         })
     }
 

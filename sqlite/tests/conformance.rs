@@ -1,10 +1,14 @@
 //! The embedded backends pass the shared conformance suites: the read store
-//! (`store.db`, `limits.db`), the event log (`log.db`) and the idempotency
+//! (`store.db`, `limits.db`), the export jobs (`exports.db`), the event log (`log.db`) and the idempotency
 //! claims of Kafka's ingest without CQL (`idempotency.db`), one test per
 //! check.
 
-use hindsight_contracts::conformance::{Backend, IdempotencyPair, LogFixture, Scope, StorePair};
-use hindsight_contracts::{ConsumerSource, EventLog, IdempotencyStore, ProjectionStore};
+use hindsight_contracts::conformance::{
+    Backend, ExportJobsPair, IdempotencyPair, LogFixture, Scope, StorePair,
+};
+use hindsight_contracts::{
+    ConsumerSource, EventLog, ExportJobStore, IdempotencyStore, ProjectionStore,
+};
 use hindsight_sqlite::{EmbeddedSource, IdempotencyFile, SqliteLog, SqliteStore};
 use std::sync::Arc;
 
@@ -53,8 +57,23 @@ async fn idempotency(_prefix: &str) -> IdempotencyPair {
     }
 }
 
+/// Two handles on one `exports.db`: two API processes sharing a data
+/// directory.
+async fn export_jobs(_prefix: &str) -> ExportJobsPair {
+    let dir = tempfile::tempdir().expect("temporary directory");
+    let open = || -> Arc<dyn ExportJobStore> {
+        Arc::new(SqliteStore::open(dir.path()).expect("open store"))
+    };
+    ExportJobsPair {
+        a: open(),
+        b: open(),
+        keep: Box::new(dir),
+    }
+}
+
 mod sqlite {
     hindsight_contracts::store_conformance!(super::store);
     hindsight_contracts::log_conformance!(super::log);
     hindsight_contracts::idempotency_conformance!(super::idempotency);
+    hindsight_contracts::export_jobs_conformance!(super::export_jobs);
 }

@@ -8,9 +8,10 @@ use axum::Router;
 use hindsight_api::catalog::Catalog;
 use hindsight_api::cursor::CursorKeys;
 use hindsight_api::dashboard::DashboardConfig;
+use hindsight_api::jobs::{self, JobConfig, Jobs};
 use hindsight_api::plans::Plans;
 use hindsight_api::ApiState;
-use hindsight_contracts::Store;
+use hindsight_contracts::{ExportJobStore, Store};
 use hindsight_schemas::time::Clock;
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -29,6 +30,8 @@ pub struct ApiConfig {
     /// Signs pagination cursors ([`cursor_keys`]).
     pub cursors: CursorKeys,
     pub dashboard: DashboardConfig,
+    /// How export jobs run (`--export-*` flags).
+    pub export_jobs: JobConfig,
 }
 
 /// File of the data directory holding the generated cursor secret.
@@ -87,12 +90,17 @@ fn data_dir_secret(dir: &Path) -> anyhow::Result<String> {
 }
 
 /// The `/v1` routes alone over `store`, with the in-memory catalog loaded
-/// and refreshing (dev serves them beside ingest).
-pub async fn router(cfg: &ApiConfig, store: Arc<dyn Store>) -> anyhow::Result<Router> {
+/// and refreshing, and the export job worker running over `jobs` (dev
+/// serves them beside ingest).
+pub async fn router(
+    cfg: &ApiConfig,
+    store: Arc<dyn Store>,
+    jobs: Arc<dyn ExportJobStore>,
+) -> anyhow::Result<Router> {
     let catalog = Catalog::new(store.clone());
     catalog.refresh().await?;
     catalog.spawn_refresher(CATALOG_REFRESH);
-    Ok(hindsight_api::router(ApiState {
+    let state = ApiState {
         store: store.clone(),
         keys: store.clone(),
         accounts: store,
@@ -102,7 +110,10 @@ pub async fn router(cfg: &ApiConfig, store: Arc<dyn Store>) -> anyhow::Result<Ro
         clock: cfg.clock.clone(),
         cursors: cfg.cursors.clone(),
         exports: Default::default(),
-    }))
+        jobs: Jobs::new(jobs, cfg.export_jobs.clone()),
+    };
+    jobs::spawn_worker(state.clone());
+    Ok(hindsight_api::router(state))
 }
 
 pub async fn build(
@@ -118,7 +129,7 @@ pub async fn build(
     Ok(Service::new(
         "api",
         listeners,
-        router(cfg, store).await?,
+        router(cfg, store, backends.export_jobs()?).await?,
         ops,
     ))
 }

@@ -24,7 +24,7 @@ pub async fn build(
     listeners: Listeners,
 ) -> anyhow::Result<Service> {
     let (log, store) = (backends.log()?, backends.store()?);
-    let routes = api::router(&cfg.api, store.clone())
+    let routes = api::router(&cfg.api, store.clone(), backends.export_jobs()?)
         .await?
         .merge(ingest::router(&cfg.ingest, log.clone(), store.clone()));
     let ops = ops::router(Readiness {

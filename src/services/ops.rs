@@ -137,12 +137,16 @@ fn known_series() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
     for kind in ["prices", "books", "metrics"] {
         for format in ["csv", "parquet"] {
             let labels = vec![("kind", kind.to_string()), ("format", format.to_string())];
-            out.push((tm::API_EXPORT_BYTES, labels));
+            out.push((tm::API_EXPORT_BYTES, labels.clone()));
+            out.push((tm::API_EXPORT_JOB_BYTES, labels));
         }
         for cause in ["client_gone", "client_stalled", "store", "encode"] {
             let labels = vec![("kind", kind.to_string()), ("cause", cause.to_string())];
             out.push((tm::API_EXPORTS_CUT, labels));
         }
+    }
+    for state in ["queued", "running", "done", "failed", "expired"] {
+        out.push(one(tm::API_EXPORT_JOBS, "state", state));
     }
     for op in STORE_OPS {
         out.push(one(tm::STORE_QUERY_SECONDS, "op", op));

@@ -93,6 +93,12 @@ pub const API_EXPORT_BYTES: &str = "hindsight_api_export_bytes_total";
 /// `client_gone`, `client_stalled` (stopped reading), `store`, `encode`
 /// (the last two cut the body short; each is logged with its cause).
 pub const API_EXPORTS_CUT: &str = "hindsight_api_exports_cut_total";
+/// Export jobs entering a state, by `state`: `queued` (created), `running`
+/// (claimed, again after a lost lease), `done`, `failed`, `expired`
+/// (deleted with their files after the retention).
+pub const API_EXPORT_JOBS: &str = "hindsight_api_export_jobs_total";
+/// Bytes of finished export jobs' files, by `kind` and `format`.
+pub const API_EXPORT_JOB_BYTES: &str = "hindsight_api_export_job_bytes_total";
 
 // ---- store --------------------------------------------------------------------
 /// Read-store query latency, by `op`.
@@ -247,6 +253,16 @@ pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
         API_EXPORTS_CUT,
         Unit::Count,
         "Exports that stopped before their end, by kind and cause.",
+    ),
+    (
+        API_EXPORT_JOBS,
+        Unit::Count,
+        "Export jobs entering a state (queued, running, done, failed, expired), by state.",
+    ),
+    (
+        API_EXPORT_JOB_BYTES,
+        Unit::Bytes,
+        "Bytes of finished export jobs' files, by kind and format.",
     ),
     (
         STORE_QUERY_SECONDS,

@@ -8,21 +8,21 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use std::collections::BTreeMap;
 
 /// 2025-09-01T00:00:00Z
-const DAY: i64 = 1_756_684_800;
-const HOURS: i64 = 3;
+pub(crate) const DAY: i64 = 1_756_684_800;
+pub(crate) const HOURS: i64 = 3;
 
 /// A book snapshot as ingested: `(ts, bids, asks)`.
 type Book = (i64, Vec<[f64; 2]>, Vec<[f64; 2]>);
 
 /// Deterministic inputs over three hours: a price per token every 20 s
 /// (one late), a book for `m1-yes` every 45 s, metrics every 30 s.
-struct Input {
+pub(crate) struct Input {
     prices: Vec<(&'static str, i64, f64)>,
     books: Vec<Book>,
     metrics: Vec<(i64, [f64; 3])>,
 }
 
-fn input() -> Input {
+pub(crate) fn input() -> Input {
     let mut x: u64 = 7;
     let mut next = move || {
         x = x
@@ -140,7 +140,7 @@ fn secs(iso: &str) -> i64 {
     hindsight_schemas::Timestamp::parse(iso).unwrap().millis() / 1000
 }
 
-async fn ingested(app: &TestApp, input: &Input) {
+pub(crate) async fn ingested(app: &TestApp, input: &Input) {
     let (status, ack) = ingest(app, body(input)).await;
     assert_eq!(status, 200, "{ack}");
     assert_eq!(ack["rejected_count"], 0, "{ack}");

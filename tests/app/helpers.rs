@@ -8,6 +8,7 @@ use hindsight::services::dev::DevConfig;
 use hindsight::services::http::HttpLimits;
 use hindsight::services::ingest::IngestConfig;
 use hindsight::services::{self, Listeners, Service};
+use hindsight_api::jobs::JobConfig;
 use hindsight_api::plans::Plans;
 use hindsight_ingest::http::IngestLimits;
 use hindsight_projector::ProjectorConfig;
@@ -44,6 +45,8 @@ pub struct Options {
     pub ops_listener: bool,
     /// `--cursor-secret`; empty: the data directory's generated secret.
     pub cursor_secrets: Vec<String>,
+    /// `--export-*`: how export jobs run (polled every 20 ms here).
+    pub export_jobs: JobConfig,
 }
 
 impl Default for Options {
@@ -54,6 +57,10 @@ impl Default for Options {
             http: HttpLimits::default(),
             ops_listener: false,
             cursor_secrets: Vec::new(),
+            export_jobs: JobConfig {
+                poll: Duration::from_millis(20),
+                ..JobConfig::default()
+            },
         }
     }
 }
@@ -87,7 +94,12 @@ impl TestApp {
 
     /// A new API key of `plan`, stored as `hindsight keys create` stores it.
     pub async fn key(&self, plan: &str) -> String {
-        let (key, record) = hindsight_api::keys::generate("test-org", plan);
+        self.key_of("test-org", plan).await
+    }
+
+    /// A new API key of `organization` on `plan`.
+    pub async fn key_of(&self, organization: &str, plan: &str) -> String {
+        let (key, record) = hindsight_api::keys::generate(organization, plan);
         self._backends
             .store()
             .unwrap()
@@ -152,6 +164,7 @@ pub fn api_config(opts: &Options, clock: &Arc<ManualClock>, dir: &Path) -> ApiCo
         cursors: services::api::cursor_keys(&opts.cursor_secrets, &BackendConfig::embedded(dir))
             .unwrap(),
         dashboard: Default::default(),
+        export_jobs: opts.export_jobs.clone(),
     }
 }
 
@@ -245,6 +258,7 @@ pub async fn spawn_api_replica(app: &TestApp, cursor_secrets: &[&str]) -> Replic
         cursors: services::api::cursor_keys(&secrets, &BackendConfig::embedded(&app.data_dir))
             .unwrap(),
         dashboard: Default::default(),
+        export_jobs: Options::default().export_jobs,
     };
     let listeners = Listeners {
         service: port0().await,

@@ -15,6 +15,7 @@ mod dashboard_browser;
 mod estimate;
 mod explore;
 mod export;
+mod export_jobs;
 mod faults;
 mod helpers;
 mod ingest_validation;

@@ -52,6 +52,7 @@ async fn every_service_serves_metrics_promtool_accepts_and_probes() {
         clock: Arc::new(hindsight_schemas::time::SystemClock),
         cursors: services::api::cursor_keys(&[], &BackendConfig::embedded(&dir)).unwrap(),
         dashboard: Default::default(),
+        export_jobs: Default::default(),
     };
     let api = services::api::build(&api_cfg, &for_api, with_ops().await)
         .await

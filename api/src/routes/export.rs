@@ -19,6 +19,12 @@
 //! chunk, which every HTTP client reports as an incomplete transfer, and
 //! the cause is logged and counted once. An export that completes is the
 //! whole range: nothing is skipped.
+//!
+//! An export whose estimate exceeds the replica's `max_sync_rows` is
+//! refused (413) and pointed at `POST /v1/exports`: a job
+//! ([`crate::jobs`]) runs the same [`Job`] producer into stored chunks
+//! instead of a response body ([`Pieces`] is where the pieces go), so a
+//! job's file is byte for byte the file this route would have sent.
 
 use super::history::{candles_with_trades, market, token};
 use crate::auth::Caller;
@@ -34,7 +40,9 @@ use axum::extract::State;
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use hindsight_contracts::{self as read, Range, Tick, TickKey, TickKind, TickRange, TickValue};
+use hindsight_contracts::{
+    self as read, Range, Table, Tick, TickKey, TickKind, TickRange, TickValue,
+};
 use hindsight_schemas::api::ErrorResponse;
 use hindsight_schemas::{Granularity, Timestamp, TradeSide};
 use hindsight_telemetry as tm;
@@ -135,7 +143,43 @@ pub enum Kind {
 }
 
 impl Kind {
-    fn as_str(self) -> &'static str {
+    pub const ALL: [Kind; 5] = [
+        Kind::Prices,
+        Kind::Books,
+        Kind::Metrics,
+        Kind::Trades,
+        Kind::Candles,
+    ];
+
+    /// The kind a word names (`POST /v1/exports?kind=`).
+    pub fn parse(word: &str) -> Option<Kind> {
+        Kind::ALL.into_iter().find(|k| k.as_str() == word)
+    }
+
+    /// Whether the export is of a token or a market (else of a market
+    /// only), as its query parser takes it.
+    pub fn by_token(self) -> bool {
+        !matches!(self, Kind::Metrics)
+    }
+
+    /// Whether its query takes `resolution` (trades are kept one by one:
+    /// always `tick`).
+    pub fn by_resolution(self) -> bool {
+        !matches!(self, Kind::Trades)
+    }
+
+    /// The bucket table the store counts its rows in (a candle per price
+    /// row); none for trades, kept tick by tick.
+    fn table(self) -> Option<Table> {
+        match self {
+            Kind::Prices | Kind::Candles => Some(Table::Prices),
+            Kind::Books => Some(Table::Books),
+            Kind::Metrics => Some(Table::Metrics),
+            Kind::Trades => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
         match self {
             Kind::Prices => "prices",
             Kind::Books => "books",
@@ -152,6 +196,14 @@ impl Kind {
             Kind::Metrics => METRICS,
             Kind::Trades => TRADES,
             Kind::Candles => CANDLES,
+        }
+    }
+
+    /// The id a series is read by.
+    fn id(self, s: &Series) -> &str {
+        match self {
+            Kind::Metrics => &s.market_id,
+            Kind::Prices | Kind::Books | Kind::Trades | Kind::Candles => &s.token_id,
         }
     }
 
@@ -202,7 +254,7 @@ impl Kind {
 
 /// One series of the file: a token (prices, books) or a market (metrics).
 #[derive(Debug, Clone)]
-struct Series {
+pub(crate) struct Series {
     market_id: String,
     token_id: String,
 }
@@ -317,6 +369,7 @@ macro_rules! export_route {
                     content((String = "text/csv"), (Vec<u8> = "application/vnd.apache.parquet"))),
                 (status = 400, body = ErrorResponse), (status = 401, body = ErrorResponse),
                 (status = 403, body = ErrorResponse), (status = 404, body = ErrorResponse),
+                (status = 413, description = "More rows than one response carries (`--export-max-sync-rows`): create the export as a job with `POST /v1/exports`", body = ErrorResponse),
                 (status = 422, body = hindsight_schemas::api::ValidationErrorResponse),
                 (status = 429, body = ErrorResponse), (status = 503, body = ErrorResponse)))]
         pub async fn $name(
@@ -381,41 +434,31 @@ async fn export(
     q: ExportQuery,
     kind: Kind,
 ) -> Result<Response, ApiError> {
-    kind.check_granularity(q.resolution)?;
-    kind.check_plan(&caller, &q)?;
-    let granularity = q.resolution;
-    let (series, name) = series(&state, &q, kind).await?;
+    let export = prepare(&state, &caller, &q, kind).await?;
+    let max = state.jobs.config.max_sync_rows;
+    if let Some(rows) = export.rows(&state).await?.filter(|&rows| rows > max) {
+        return Err(ApiError::TooLarge(format!(
+            "This export holds {rows} rows, more than the {max} one response may carry: \
+             create it as a job with POST /v1/exports?kind={} and the same parameters, \
+             then download it when it is done.",
+            kind.as_str()
+        )));
+    }
     let slot = state.exports.take()?;
-    let encoder =
-        Encoder::new(q.format, kind.columns()).map_err(|e| ApiError::invariant(e.to_string()))?;
+    let encoder = export.encoder()?;
     let (tx, rx) = mpsc::channel(PIECES_IN_FLIGHT);
-    let job = Job {
-        state,
-        kind,
-        format: q.format,
-        span: Span {
-            granularity,
-            start: q.start,
-            end: q.end,
-        },
-        sink: Sink { tx, sent: 0 },
-    };
+    let filename = format!("attachment; filename=\"{}\"", export.filename());
+    let format = export.format;
+    let (job, series) = Job::new(state, export, Sink { tx, sent: 0 });
     tokio::spawn(job.run(series, encoder, slot));
     let body = Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
         rx.recv().await.map(|piece| (piece, rx))
     }));
-    let filename = format!(
-        "attachment; filename=\"{}-{}-{}.{}\"",
-        kind.as_str(),
-        name,
-        granularity.as_str(),
-        q.format.as_str()
-    );
     let mut response = (StatusCode::OK, body).into_response();
     let headers = response.headers_mut();
     headers.insert(
         header::CONTENT_TYPE,
-        HeaderValue::from_static(q.format.content_type()),
+        HeaderValue::from_static(format.content_type()),
     );
     // The name is ids the store resolved, restricted to what a filename
     // and a header may hold.
@@ -423,6 +466,89 @@ async fn export(
         headers.insert(header::CONTENT_DISPOSITION, value);
     }
     Ok(response)
+}
+
+/// An export checked and resolved: what its file holds, ready to produce.
+pub(crate) struct Export {
+    pub kind: Kind,
+    pub format: Format,
+    span: Span,
+    series: Vec<Series>,
+    /// Ids the store resolved, made safe for a filename and a header.
+    name: String,
+}
+
+/// Checks `q` against the caller's plan, then resolves it: one mechanism
+/// for the streamed route and for export jobs.
+pub(crate) async fn prepare(
+    state: &ApiState,
+    caller: &Caller,
+    q: &ExportQuery,
+    kind: Kind,
+) -> Result<Export, ApiError> {
+    kind.check_granularity(q.resolution)?;
+    kind.check_plan(caller, q)?;
+    resolve(state, q, kind).await
+}
+
+/// The series and range of an export the plan allowed (a job resolves its
+/// stored query again when it runs, without the caller).
+pub(crate) async fn resolve(
+    state: &ApiState,
+    q: &ExportQuery,
+    kind: Kind,
+) -> Result<Export, ApiError> {
+    let (series, name) = series(state, q, kind).await?;
+    Ok(Export {
+        kind,
+        format: q.format,
+        span: Span {
+            granularity: q.resolution,
+            start: q.start,
+            end: q.end,
+        },
+        series,
+        name,
+    })
+}
+
+impl Export {
+    /// Rows the file will hold, as the store counts them: bucket exports
+    /// only. Tick-level exports (trades, `resolution=tick`) are not
+    /// counted (`None`): the store counts bucket rows where they lie, but
+    /// ticks only by reading them, which would cost the export twice.
+    pub(crate) async fn rows(&self, state: &ApiState) -> Result<Option<u64>, ApiError> {
+        let (Granularity::Bucket(res), Some(table)) = (self.span.granularity, self.kind.table())
+        else {
+            return Ok(None);
+        };
+        let range = Range {
+            res,
+            start: self.span.start,
+            end: self.span.end,
+            limit: CHUNK,
+        };
+        let mut rows = 0;
+        for s in &self.series {
+            rows += state.store.count(table, self.kind.id(s), range).await?;
+        }
+        Ok(Some(rows))
+    }
+
+    pub(crate) fn filename(&self) -> String {
+        format!(
+            "{}-{}-{}.{}",
+            self.kind.as_str(),
+            self.name,
+            self.span.granularity.as_str(),
+            self.format.as_str()
+        )
+    }
+
+    pub(crate) fn encoder(&self) -> Result<Encoder, ApiError> {
+        Encoder::new(self.format, self.kind.columns())
+            .map_err(|e| ApiError::invariant(e.to_string()))
+    }
 }
 
 /// The series an export reads, in file order, and a name for the file.
@@ -488,8 +614,9 @@ async fn series(
 }
 
 /// Why an export stopped before its end.
-enum Stop {
-    /// The client went away: nothing to report to anyone.
+pub(crate) enum Stop {
+    /// The client went away (or a job's lease was taken over by another
+    /// claim): nothing to report to anyone.
     Gone,
     /// The client stopped reading for [`SEND_TIMEOUT`].
     Stalled,
@@ -509,13 +636,20 @@ impl From<EncodeError> for Stop {
     }
 }
 
+/// Where the pieces of a file go, in order: a response body ([`Sink`]) or
+/// a job's stored chunks. `rows` is how many rows the file holds so far.
+pub(crate) trait Pieces: Send {
+    async fn send(&mut self, piece: Vec<u8>, rows: u64) -> Result<(), Stop>;
+}
+
+/// The pieces of a streamed response body.
 struct Sink {
     tx: mpsc::Sender<Result<Bytes, std::io::Error>>,
     sent: u64,
 }
 
-impl Sink {
-    async fn send(&mut self, piece: Vec<u8>) -> Result<(), Stop> {
+impl Pieces for Sink {
+    async fn send(&mut self, piece: Vec<u8>, _rows: u64) -> Result<(), Stop> {
         if piece.is_empty() {
             return Ok(());
         }
@@ -540,24 +674,45 @@ struct Span {
 }
 
 /// One running export: reads, encodes and sends until the span is done.
-struct Job {
+pub(crate) struct Job<S> {
     state: ApiState,
     kind: Kind,
     format: Format,
     span: Span,
-    sink: Sink,
+    pub sink: S,
+    /// Rows encoded so far.
+    pub rows: u64,
 }
 
-impl Job {
-    async fn run(mut self, series: Vec<Series>, mut encoder: Encoder, _slot: OwnedSemaphorePermit) {
-        let outcome = self.write(&series, &mut encoder).await;
-        let outcome = match outcome {
-            Ok(()) => match encoder.finish() {
-                Ok(rest) => self.sink.send(rest).await,
-                Err(e) => Err(Stop::Encode(e)),
-            },
-            Err(stop) => Err(stop),
+impl<S: Pieces> Job<S> {
+    /// The producer of `export`'s file into `sink`, and the series it reads.
+    pub(crate) fn new(state: ApiState, export: Export, sink: S) -> (Self, Vec<Series>) {
+        let job = Job {
+            state,
+            kind: export.kind,
+            format: export.format,
+            span: export.span,
+            sink,
+            rows: 0,
         };
+        (job, export.series)
+    }
+
+    /// The whole file, piece by piece, into the sink.
+    pub(crate) async fn produce(
+        &mut self,
+        series: &[Series],
+        mut encoder: Encoder,
+    ) -> Result<(), Stop> {
+        self.write(series, &mut encoder).await?;
+        let rest = encoder.finish()?;
+        self.sink.send(rest, self.rows).await
+    }
+}
+
+impl Job<Sink> {
+    async fn run(mut self, series: Vec<Series>, encoder: Encoder, _slot: OwnedSemaphorePermit) {
+        let outcome = self.produce(&series, encoder).await;
         let (kind, format) = (self.kind.as_str(), self.format.as_str());
         metrics::counter!(tm::API_EXPORT_BYTES, "kind" => kind, "format" => format)
             .increment(self.sink.sent);
@@ -603,7 +758,9 @@ impl Job {
         let error = std::io::Error::other("export cut short");
         let _ = tokio::time::timeout(SEND_TIMEOUT, self.sink.tx.send(Err(error))).await;
     }
+}
 
+impl<S: Pieces> Job<S> {
     async fn write(&mut self, series: &[Series], enc: &mut Encoder) -> Result<(), Stop> {
         let store = self.state.store.clone();
         let store = &*store;
@@ -693,16 +850,14 @@ impl Job {
         F: Fn(String, K) -> Fut,
         Fut: std::future::Future<Output = read::Result<Vec<P>>>,
     {
-        let id = match self.kind {
-            Kind::Metrics => &s.market_id,
-            Kind::Prices | Kind::Books | Kind::Trades | Kind::Candles => &s.token_id,
-        };
+        let id = self.kind.id(s);
         loop {
-            let points = read(id.clone(), from).await?;
+            let points = read(id.to_string(), from).await?;
             for p in &points {
                 p.encode(s, enc)?;
+                self.rows += 1;
                 if let Some(piece) = enc.ready()? {
-                    self.sink.send(piece).await?;
+                    self.sink.send(piece, self.rows).await?;
                 }
             }
             match points.last() {

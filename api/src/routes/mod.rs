@@ -4,6 +4,7 @@
 pub mod discovery;
 pub mod estimate;
 pub mod export;
+pub mod exports;
 pub mod history;
 
 use crate::auth::{self, Caller};

@@ -10,6 +10,9 @@
 //!   check is `async fn(&LogFixture, prefix) -> Result<(), String>` on a log
 //!   of its own.
 //!
+//! - [`exports`]: [`crate::ExportJobStore`], each check on a store of its
+//!   own ([`ExportJobsPair`]).
+//!
 //! An adapter runs the suite by invoking [`crate::store_conformance!`] or
 //! [`crate::log_conformance!`] inside a module named after the backend, which
 //! expands to one `#[tokio::test]` per check, so the test output names each
@@ -26,12 +29,13 @@
 //! that cannot be reached fails the test rather than skipping it.
 
 pub mod accounts;
+pub mod exports;
 pub mod idempotency;
 pub mod log;
 pub mod store;
 pub mod ticks;
 
-use crate::{ConsumerSource, Error, EventLog, IdempotencyStore, ProjectionStore};
+use crate::{ConsumerSource, Error, EventLog, ExportJobStore, IdempotencyStore, ProjectionStore};
 use std::any::Any;
 use std::sync::Arc;
 
@@ -91,6 +95,14 @@ pub struct LogFixture {
 pub struct IdempotencyPair {
     pub a: Arc<dyn IdempotencyStore>,
     pub b: Arc<dyn IdempotencyStore>,
+    pub keep: Box<dyn Any + Send + Sync>,
+}
+
+/// Two handles on one export job store of the check's own (a claim takes
+/// any job of the store), and whatever must live as long as they do.
+pub struct ExportJobsPair {
+    pub a: Arc<dyn ExportJobStore>,
+    pub b: Arc<dyn ExportJobStore>,
     pub keep: Box<dyn Any + Send + Sync>,
 }
 
@@ -175,6 +187,22 @@ macro_rules! idempotency_conformance {
     };
 }
 
+/// One `#[tokio::test]` per export job store check. `$make` is a path to
+/// `async fn(prefix: &str) -> ExportJobsPair` giving a store of its own.
+#[macro_export]
+macro_rules! export_jobs_conformance {
+    ($make:path) => {
+        $crate::__conformance_tests!(exports, $make;
+            export_jobs_round_trip_and_list_newest_first,
+            export_job_claims_are_exclusive_and_oldest_first,
+            export_job_an_expired_lease_is_reclaimed_and_the_old_holder_is_fenced,
+            export_job_chunks_round_trip_and_replace,
+            export_job_failure_is_recorded_and_final,
+            export_jobs_expire_with_their_chunks,
+        );
+    };
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __conformance_tests {
@@ -203,6 +231,18 @@ macro_rules! __conformance_tests {
                 let prefix = $crate::conformance::prefix(stringify!($check));
                 let fixture = $make(&prefix).await;
                 if let Err(e) = $crate::conformance::log::$check(&fixture, &prefix).await {
+                    panic!("{} does not hold: {}", stringify!($check), e);
+                }
+            }
+        )*
+    };
+    (exports, $make:path; $($check:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $check() {
+                let prefix = $crate::conformance::prefix(stringify!($check));
+                let pair = $make(&prefix).await;
+                if let Err(e) = $crate::conformance::exports::$check(&pair, &prefix).await {
                     panic!("{} does not hold: {}", stringify!($check), e);
                 }
             }
