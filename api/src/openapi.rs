@@ -5,12 +5,13 @@
 
 use crate::page;
 use crate::routes::{self, discovery, estimate, export, exports, history};
+use utoipa::openapi::content::ContentBuilder;
 use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::link::LinkBuilder;
 use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
-use utoipa::openapi::{Object, RefOr, Required, ResponseBuilder, Type};
+use utoipa::openapi::{Object, Ref, RefOr, Required, ResponseBuilder, Type};
 use utoipa::{Modify, OpenApi};
 
 #[derive(OpenApi)]
@@ -50,7 +51,7 @@ use utoipa::{Modify, OpenApi};
         history::token_book,
         history::market_book,
     ),
-    modifiers(&ApiKeyAuth, &Revalidation, &Links),
+    modifiers(&ApiKeyAuth, &Revalidation, &Links, &EdgeRefusals),
     security(("APIKeyHeader" = [])),
     tags(
         (name = "utility", description = "Health and usage"),
@@ -72,6 +73,39 @@ impl Modify for ApiKeyAuth {
             "APIKeyHeader",
             SecurityScheme::ApiKey(ApiKey::Header(ApiKeyValue::new("X-API-Key"))),
         );
+    }
+}
+
+/// What the shared HTTP edge (`hindsight_http::edge`) answers before any
+/// route runs, declared on every operation: a request target longer than
+/// [`hindsight_http::MAX_URI_BYTES`] is refused with a JSON 414, whatever
+/// the route (a long enough query string reaches it on any of them).
+struct EdgeRefusals;
+
+impl Modify for EdgeRefusals {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let too_long = ResponseBuilder::new()
+            .description(format!(
+                "The request target (path and query) is longer than {} bytes",
+                hindsight_http::MAX_URI_BYTES
+            ))
+            .content(
+                "application/json",
+                ContentBuilder::new()
+                    .schema(Some(Ref::from_schema_name("ErrorResponse")))
+                    .build(),
+            )
+            .build();
+        for item in doc.paths.paths.values_mut() {
+            for op in [item.get.as_mut(), item.post.as_mut()]
+                .into_iter()
+                .flatten()
+            {
+                op.responses
+                    .responses
+                    .insert("414".into(), RefOr::T(too_long.clone()));
+            }
+        }
     }
 }
 

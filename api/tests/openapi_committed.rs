@@ -91,3 +91,22 @@ fn every_link_names_an_operation_and_one_of_its_parameters() {
     }
     assert!(links >= 10, "{links} links");
 }
+
+/// The edge refuses an over-long request target on every route before the
+/// route runs: every operation documents that 414.
+#[test]
+fn every_operation_documents_the_edges_414() {
+    let doc: serde_json::Value =
+        serde_json::from_str(&hindsight_api::openapi::to_pretty_json()).unwrap();
+    let mut operations = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for (method, op) in item.as_object().unwrap() {
+            operations += 1;
+            assert!(
+                op["responses"]["414"]["content"]["application/json"].is_object(),
+                "{method} {path} does not document 414"
+            );
+        }
+    }
+    assert!(operations >= 27, "{operations} operations");
+}
