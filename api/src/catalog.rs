@@ -470,6 +470,15 @@ mod tests {
         async fn count(&self, _: Table, _: &str, _: Range) -> hindsight_contracts::Result<u64> {
             Ok(0)
         }
+        async fn count_ticks(
+            &self,
+            _: TickKind,
+            _: &str,
+            _: Timestamp,
+            _: Timestamp,
+        ) -> hindsight_contracts::Result<u64> {
+            Ok(0)
+        }
         async fn ticks(
             &self,
             _: TickKind,

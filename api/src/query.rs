@@ -741,15 +741,14 @@ impl IntoParams for ExportJobQuery {
             .parameter_in(utoipa::openapi::path::ParameterIn::Query)
             .required(utoipa::openapi::Required::True)
             .description(Some(
-                "What to export: `prices`, `books`, `metrics` or `candles` at a bucket \
-                 resolution (the `{kind}` of `/v1/export/{kind}`, whose parameters follow; \
-                 `metrics` takes `market_id` only). Tick-level exports (`trades`, \
-                 `resolution=tick`) stream from `/v1/export/{kind}` only.",
+                "What to export: `prices`, `books`, `metrics`, `trades` or `candles` (the \
+                 `{kind}` of `/v1/export/{kind}`, whose parameters follow; `metrics` takes \
+                 `market_id` only, `trades` no `resolution`)",
             ))
             .schema(Some(
                 ObjectBuilder::new()
                     .schema_type(Type::String)
-                    .enum_values(Some(["prices", "books", "metrics", "candles"])),
+                    .enum_values(Some(["prices", "books", "metrics", "trades", "candles"])),
             ))
             .build();
         std::iter::once(kind)
@@ -767,6 +766,7 @@ pub enum EstimateKind {
     Books,
     Metrics,
     Candles,
+    Trades,
 }
 
 impl QueryEnum for EstimateKind {
@@ -775,6 +775,7 @@ impl QueryEnum for EstimateKind {
         EstimateKind::Books,
         EstimateKind::Metrics,
         EstimateKind::Candles,
+        EstimateKind::Trades,
     ];
     fn as_str(self) -> &'static str {
         match self {
@@ -782,6 +783,7 @@ impl QueryEnum for EstimateKind {
             EstimateKind::Books => "books",
             EstimateKind::Metrics => "metrics",
             EstimateKind::Candles => "candles",
+            EstimateKind::Trades => "trades",
         }
     }
 }
@@ -798,6 +800,34 @@ impl EstimateKind {
                 "enum",
             )])
         })
+    }
+}
+
+/// The history parameters of an estimate: those of the route it
+/// estimates, so trades take no `resolution` (they are counted one by one,
+/// as `/v1/tokens/{token_id}/trades` serves them).
+#[derive(Debug, Clone)]
+pub struct EstimateQuery(pub HistoryQuery);
+
+impl IntoParams for EstimateQuery {
+    fn into_params(
+        parameter_in_provider: impl Fn() -> Option<utoipa::openapi::path::ParameterIn>,
+    ) -> Vec<utoipa::openapi::path::Parameter> {
+        HistoryQuery::into_params(parameter_in_provider)
+    }
+}
+
+impl<S> FromRequestParts<S> for EstimateQuery
+where
+    S: Send + Sync,
+    CursorKeys: FromRef<S>,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let trades = parts.uri.path().ends_with("/trades");
+        let q = QueryPairs::from_parts(parts, state).await?;
+        HistoryQuery::parse(&q, CursorKeys::from_ref(state), !trades).map(EstimateQuery)
     }
 }
 

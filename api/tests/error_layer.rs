@@ -42,6 +42,9 @@ impl ReadStore for DownStore {
     async fn count(&self, _: Table, _: &str, _: Range) -> Result<u64> {
         Err(down())
     }
+    async fn count_ticks(&self, _: TickKind, _: &str, _: Timestamp, _: Timestamp) -> Result<u64> {
+        Err(down())
+    }
     async fn ticks(&self, _: TickKind, _: &str, _: TickRange) -> Result<Vec<Tick>> {
         Err(down())
     }

@@ -72,6 +72,9 @@ impl ReadStore for Minutes {
     async fn count(&self, _: Table, _: &str, _: Range) -> Result<u64> {
         Ok(0)
     }
+    async fn count_ticks(&self, _: TickKind, _: &str, _: Timestamp, _: Timestamp) -> Result<u64> {
+        Ok(0)
+    }
     async fn ticks(&self, _: TickKind, _: &str, _: TickRange) -> Result<Vec<Tick>> {
         Ok(Vec::new())
     }

@@ -513,6 +513,18 @@ pub trait ReadStore: Send + Sync {
     /// by reading them, and at a cost set by those partitions, not by the
     /// empty time in the range (as for range reads).
     async fn count(&self, table: Table, id: &str, range: Range) -> Result<u64>;
+    /// How many ticks of `kind` the token holds with `start <= ts < end`:
+    /// exactly as many as [`ReadStore::ticks`] serves over that span (a
+    /// repeated trade id once). Contract: as [`ReadStore::count`], counted
+    /// where the ticks lie (an index range on SQLite, one count per hour
+    /// partition holding ticks on CQL), never by reading them.
+    async fn count_ticks(
+        &self,
+        kind: TickKind,
+        token_id: &str,
+        start: Timestamp,
+        end: Timestamp,
+    ) -> Result<u64>;
     /// A token's ticks of one kind, as ingested: every price tick, book
     /// snapshot or (deduplicated) trade in `range`, in [`TickKey`] order.
     /// Served from storage laid out per token and time, never the log.

@@ -202,6 +202,13 @@ pub fn all(ks: &str) -> Vec<Stmt> {
             ),
             &["text", "bigint", "timestamp", "int", "bigint", "timestamp", "int"],
         ));
+        out.push(stmt(
+            format!("count_{table}"),
+            format!(
+                "SELECT count(*) FROM {ks}.{table} WHERE token_id = ? AND period = ? AND ts >= ? AND ts < ?"
+            ),
+            &["text", "bigint", "timestamp", "timestamp"],
+        ));
     }
     out.push(stmt(
         "latest_book_ticks",

@@ -1473,6 +1473,47 @@ impl ReadStore for ScyllaStore {
         Ok(total)
     }
 
+    async fn count_ticks(
+        &self,
+        kind: TickKind,
+        token_id: &str,
+        start: Timestamp,
+        end: Timestamp,
+    ) -> Result<u64> {
+        let mut total = 0;
+        if end <= start {
+            return Ok(total);
+        }
+        let tbl = kind.as_str();
+        let name = format!("count_{tbl}");
+        let last = tick_period(end.0 - 1);
+        let mut next = tick_period(start.0);
+        while next <= last {
+            let periods = self
+                .next_periods("count_ticks", tbl, token_id, next, last, false)
+                .await?;
+            let Some(&after) = periods.last() else {
+                break;
+            };
+            next = after + 1;
+            for period in periods {
+                let (n,) = self
+                    .exec(
+                        "count_ticks",
+                        &name,
+                        (token_id, period, ts(start.0), ts(end.0)),
+                    )
+                    .await?
+                    .into_rows_result()
+                    .map_err(corrupt)?
+                    .single_row::<(i64,)>()
+                    .map_err(corrupt)?;
+                total += n as u64;
+            }
+        }
+        Ok(total)
+    }
+
     async fn ticks(&self, kind: TickKind, token_id: &str, range: TickRange) -> Result<Vec<Tick>> {
         let mut out = Vec::new();
         if range.end <= range.from.ts || range.limit == 0 {

@@ -958,6 +958,28 @@ impl ReadStore for SqliteStore {
         .await
     }
 
+    async fn count_ticks(
+        &self,
+        kind: TickKind,
+        token_id: &str,
+        start: Timestamp,
+        end: Timestamp,
+    ) -> CResult<u64> {
+        let id = token_id.to_string();
+        // The primary key's index range: counted without reading the rows.
+        let sql = format!(
+            "SELECT count(*) FROM {} WHERE token_id = ?1 AND ts >= ?2 AND ts < ?3",
+            kind.as_str()
+        );
+        self.read("count_ticks", move |conn| {
+            let n: i64 = conn
+                .prepare_cached(&sql)?
+                .query_row(params![id, start.millis(), end.millis()], |r| r.get(0))?;
+            Ok(n as u64)
+        })
+        .await
+    }
+
     async fn ticks(&self, kind: TickKind, token_id: &str, range: TickRange) -> CResult<Vec<Tick>> {
         let id = token_id.to_string();
         self.read("read_ticks", move |conn| {

@@ -140,6 +140,15 @@ impl ReadStore for Broken {
     async fn count(&self, table: Table, id: &str, range: Range) -> Result<u64> {
         self.inner.count(table, id, range).await
     }
+    async fn count_ticks(
+        &self,
+        kind: TickKind,
+        token_id: &str,
+        start: Timestamp,
+        end: Timestamp,
+    ) -> Result<u64> {
+        self.inner.count_ticks(kind, token_id, start, end).await
+    }
     async fn ticks(&self, kind: TickKind, token_id: &str, range: TickRange) -> Result<Vec<Tick>> {
         let mut ticks = self.inner.ticks(kind, token_id, range).await?;
         if self.how == Break::TicksByArrival {

@@ -58,11 +58,12 @@ const API_STATUSES: [&str; 7] = ["200", "400", "401", "403", "404", "429", "500"
 const INGEST_STATUSES: [&str; 8] = ["200", "400", "401", "409", "413", "415", "422", "503"];
 /// The `op` labels of the read stores (embedded and CQL) that every
 /// deployment exercises; an op missing here appears with its first query.
-const STORE_OPS: [&str; 19] = [
+const STORE_OPS: [&str; 20] = [
     "apply",
     "catalog_changes",
     "committed",
     "count_rows",
+    "count_ticks",
     "list_keys",
     "load_rows",
     "put_key",

@@ -59,6 +59,8 @@ async fn estimates_count_what_the_routes_return_and_size_it_closely() {
     assert_eq!(status, 200, "{body}");
     let mut lines = Vec::new();
     let mut minutes: [BTreeSet<i64>; 2] = Default::default();
+    let mut ticks: [Vec<i64>; 2] = Default::default();
+    let mut trades = Vec::new();
     for i in 0..900_i64 {
         let ms = T0 + (i * 47_917) % (12 * 3_600_000);
         let (token, k) = if i % 3 == 0 {
@@ -67,6 +69,17 @@ async fn estimates_count_what_the_routes_return_and_size_it_closely() {
             ("est-yes", 0)
         };
         minutes[k].insert(ms / 60_000);
+        ticks[k].push(ms);
+        if k == 0 && i % 4 == 1 {
+            // A trade every fourth tick of est-yes, each sent twice: its id
+            // counts once.
+            let trade = json!({"kind": "trade", "market_id": "est-m", "token_id": token,
+                "ts": iso(ms), "price": 0.5, "size": 2.0, "side": "buy", "trade_id": format!("tr{i}")})
+            .to_string();
+            lines.push(trade.clone());
+            lines.push(trade);
+            trades.push(ms);
+        }
         lines.push(json!({"kind": "price", "market_id": "est-m", "token_id": token, "ts": iso(ms), "p": 0.5}).to_string());
         lines.push(
             json!({"kind": "book", "market_id": "est-m", "token_id": token, "ts": iso(ms),
@@ -164,6 +177,51 @@ async fn estimates_count_what_the_routes_return_and_size_it_closely() {
             "{kind} {target}: estimated {estimated} bytes, pages hold {bytes}"
         );
     }
+    // Tick level: prices and books at `resolution=tick`, trades (no
+    // resolution), counted as the routes page them.
+    let span = format!(
+        "start_ts={}&end_ts={}",
+        iso(T0 + 3_600_000),
+        iso(T0 + 9 * 3_600_000)
+    );
+    let within = |times: &[i64]| {
+        times
+            .iter()
+            .filter(|&&ms| (T0 + 3_600_000..T0 + 9 * 3_600_000).contains(&ms))
+            .count() as u64
+    };
+    for (kind, token, query, want) in [
+        (
+            "prices",
+            "est-yes",
+            format!("{span}&resolution=tick"),
+            within(&ticks[0]),
+        ),
+        (
+            "books",
+            "est-no",
+            format!("{span}&resolution=tick"),
+            within(&ticks[1]),
+        ),
+        ("trades", "est-yes", span.clone(), within(&trades)),
+    ] {
+        let (status, _, est) = get_as(
+            &app,
+            Some(API_KEY),
+            &format!("/v1/estimate/{kind}?token_id={token}&{query}"),
+        )
+        .await;
+        assert_eq!(status, 200, "{kind} at tick: {est}");
+        let (points, bytes) = read_all(&app, &format!("/v1/tokens/{token}/{kind}?{query}")).await;
+        assert!(want > 50, "{kind}: the span holds many ticks");
+        assert_eq!(est["records"], want, "{kind} at tick: {est}");
+        assert_eq!(points, want, "{kind}: the route returns what was counted");
+        let ratio = est["bytes"].as_u64().unwrap() as f64 / bytes as f64;
+        assert!(
+            (0.8..1.25).contains(&ratio),
+            "{kind} at tick: estimated {est}, pages hold {bytes}"
+        );
+    }
     // An empty range, and one outside all data.
     let (status, _, est) = get_as(
         &app,
@@ -186,7 +244,15 @@ async fn estimates_count_what_the_routes_return_and_size_it_closely() {
             400,
         ),
         (format!("/v1/estimate/metrics?token_id=est-yes&{r}"), 400),
-        (format!("/v1/estimate/trades?token_id=est-yes&{r}"), 422),
+        (format!("/v1/estimate/ticks?token_id=est-yes&{r}"), 422),
+        (
+            format!("/v1/estimate/candles?token_id=est-yes&{span}&resolution=tick"),
+            422,
+        ),
+        (
+            format!("/v1/estimate/metrics?market_id=est-m&{span}&resolution=tick"),
+            422,
+        ),
         (format!("/v1/estimate/prices?token_id=nope&{r}"), 404),
         (format!("/v1/estimate/prices?market_id=nope&{r}"), 404),
         (
@@ -206,7 +272,7 @@ async fn estimates_are_plan_gated_as_their_route_and_rate_counted() {
     std::fs::create_dir_all(&dir).unwrap();
     std::fs::write(
         &plans,
-        r#"{"metrics_only": {"requests_per_minute": 3, "granularity_allowed": "1h", "max_history_days": 3650,
+        r#"{"metrics_only": {"requests_per_minute": 5, "granularity_allowed": "1h", "max_history_days": 3650,
                             "metrics": true, "prices": false, "books": false}}"#,
     )
     .unwrap();
@@ -230,6 +296,12 @@ async fn estimates_are_plan_gated_as_their_route_and_rate_counted() {
         ),
         (
             format!("/v1/estimate/metrics?market_id=est-m&{range}&resolution=1m"),
+            403,
+        ),
+        // No trades in the plan, and no tick level.
+        (format!("/v1/estimate/trades?token_id=est-yes&{range}"), 403),
+        (
+            format!("/v1/estimate/prices?token_id=est-yes&{range}&resolution=tick"),
             403,
         ),
         (

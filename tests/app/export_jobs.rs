@@ -74,6 +74,8 @@ async fn an_export_job_downloads_the_bytes_of_the_streamed_export_in_csv_and_par
         ("books", "token_id=m1-yes", "1m", "csv"),
         ("metrics", "market_id=m1", "1m", "parquet"),
         ("candles", "token_id=m1-yes", "1m", "csv"),
+        ("prices", "token_id=m1-yes", "tick", "parquet"),
+        ("books", "market_id=m1", "tick", "csv"),
     ] {
         let query = format!("{target}&{range}&resolution={res}&format={format}");
         let (status, sync_headers, sync) = send(
@@ -208,9 +210,10 @@ async fn export_jobs_are_their_organizations_gated_by_the_plan_and_rate_counted(
             format!("kind=prices&token_id=m1-yes&{range}&resolution=1m"),
             403,
         ),
+        // Trades take no resolution (one given is ignored); free has none.
         (
             format!("kind=trades&token_id=m1-yes&{range}&resolution=1h"),
-            422,
+            403,
         ),
         (format!("token_id=m1-yes&{range}&resolution=1h"), 422),
         (format!("kind=metrics&{range}&resolution=1h"), 422),
@@ -234,7 +237,7 @@ async fn export_jobs_are_their_organizations_gated_by_the_plan_and_rate_counted(
     let (status, _, body) = create(
         &app.api,
         &free,
-        &format!("kind=trades&token_id=m1-yes&{range}&resolution=1h"),
+        &format!("kind=ticks&token_id=m1-yes&{range}&resolution=1h"),
     )
     .await;
     assert_eq!(
@@ -412,24 +415,23 @@ async fn an_export_over_the_row_limit_is_refused_with_413_naming_export_jobs() {
     let job = done(&app.api, &key, job["id"].as_str().unwrap()).await;
     assert_eq!(job["rows"], 180);
 
-    // Ticks are not counted ahead (the store counts them only by reading
-    // them): a tick-level export streams whatever its length, and is no job.
+    // Ticks are counted as buckets are (`count_ticks`, without reading
+    // them): over the limit, a tick-level export is a job too.
     let ticks = format!("token_id=m1-yes&{range}&resolution=tick");
     let (status, _, body) = send(
         client().get(app.api_url(&format!("/v1/export/prices?{ticks}"))),
         &key,
     )
     .await;
-    assert_eq!(status, 200);
-    let lines = body.iter().filter(|&&b| b == b'\n').count();
-    assert!(
-        lines > 101,
-        "{lines} lines: more rows than the limit, streamed"
-    );
+    let detail = json(&body)["detail"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    assert_eq!(status, 413, "{detail}");
+    assert!(detail.contains("541 rows"), "{detail}");
     let (status, _, job) = create(&app.api, &key, &format!("kind=prices&{ticks}")).await;
-    assert_eq!(
-        (status, &job["detail"][0]["loc"]),
-        (422, &serde_json::json!(["query", "resolution"])),
-        "{job}"
-    );
+    assert_eq!(status, 202, "{job}");
+    assert_eq!(job["total_rows"], 541);
+    let job = done(&app.api, &key, job["id"].as_str().unwrap()).await;
+    assert_eq!(job["rows"], 541);
 }

@@ -179,6 +179,17 @@ impl Kind {
         }
     }
 
+    /// Its ticks, for an export at `tick`; none for candles and metrics,
+    /// kept only per bucket.
+    fn ticks(self) -> Option<TickKind> {
+        match self {
+            Kind::Prices => Some(TickKind::Price),
+            Kind::Books => Some(TickKind::Book),
+            Kind::Trades => Some(TickKind::Trade),
+            Kind::Metrics | Kind::Candles => None,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Prices => "prices",
@@ -435,8 +446,9 @@ async fn export(
     kind: Kind,
 ) -> Result<Response, ApiError> {
     let export = prepare(&state, &caller, &q, kind).await?;
+    let rows = export.rows(&state).await?;
     let max = state.jobs.config.max_sync_rows;
-    if let Some(rows) = export.rows(&state).await?.filter(|&rows| rows > max) {
+    if rows > max {
         return Err(ApiError::TooLarge(format!(
             "This export holds {rows} rows, more than the {max} one response may carry: \
              create it as a job with POST /v1/exports?kind={} and the same parameters, \
@@ -513,26 +525,38 @@ pub(crate) async fn resolve(
 }
 
 impl Export {
-    /// Rows the file will hold, as the store counts them: bucket exports
-    /// only. Tick-level exports (trades, `resolution=tick`) are not
-    /// counted (`None`): the store counts bucket rows where they lie, but
-    /// ticks only by reading them, which would cost the export twice.
-    pub(crate) async fn rows(&self, state: &ApiState) -> Result<Option<u64>, ApiError> {
-        let (Granularity::Bucket(res), Some(table)) = (self.span.granularity, self.kind.table())
-        else {
-            return Ok(None);
-        };
-        let range = Range {
-            res,
-            start: self.span.start,
-            end: self.span.end,
-            limit: CHUNK,
-        };
+    /// Rows the file will hold, as the store counts them (bucket rows at a
+    /// resolution, ticks at `tick`), without reading them.
+    pub(crate) async fn rows(&self, state: &ApiState) -> Result<u64, ApiError> {
+        let Span { start, end, .. } = self.span;
         let mut rows = 0;
         for s in &self.series {
-            rows += state.store.count(table, self.kind.id(s), range).await?;
+            let id = self.kind.id(s);
+            rows += match (self.span.granularity, self.kind.table(), self.kind.ticks()) {
+                (Granularity::Bucket(res), Some(table), _) => {
+                    let range = Range {
+                        res,
+                        start,
+                        end,
+                        limit: CHUNK,
+                    };
+                    state.store.count(table, id, range).await?
+                }
+                (Granularity::Tick, _, Some(kind)) => {
+                    state.store.count_ticks(kind, id, start, end).await?
+                }
+                // `Kind::check_granularity` and the trades query let no
+                // other pair through.
+                (granularity, ..) => {
+                    return Err(ApiError::invariant(format!(
+                        "{} exported at {}",
+                        self.kind.as_str(),
+                        granularity.as_str()
+                    )))
+                }
+            };
         }
-        Ok(Some(rows))
+        Ok(rows)
     }
 
     pub(crate) fn filename(&self) -> String {
@@ -767,17 +791,12 @@ impl<S: Pieces> Job<S> {
         let Span { start, end, .. } = self.span;
         for s in series {
             let Granularity::Bucket(res) = self.span.granularity else {
-                let kind = match self.kind {
-                    Kind::Prices => TickKind::Price,
-                    Kind::Books => TickKind::Book,
-                    Kind::Trades => TickKind::Trade,
-                    // `Kind::check_granularity` lets no other kind through at tick.
-                    Kind::Metrics | Kind::Candles => {
-                        return Err(Stop::Encode(EncodeError(format!(
-                            "{} exported at tick",
-                            self.kind.as_str()
-                        ))))
-                    }
+                // `Kind::check_granularity` lets no other kind through at tick.
+                let Some(kind) = self.kind.ticks() else {
+                    return Err(Stop::Encode(EncodeError(format!(
+                        "{} exported at tick",
+                        self.kind.as_str()
+                    ))));
                 };
                 let read = |id: String, from| async move {
                     let range = TickRange {

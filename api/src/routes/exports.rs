@@ -43,33 +43,17 @@ pub async fn create_export_job(
     q: ExportJobQuery,
 ) -> Result<Response, ApiError> {
     let store = &state.jobs.store;
-    let kind = Kind::parse(q.kind()?)
-        .filter(|&k| k != Kind::Trades)
-        .ok_or_else(|| {
-            ApiError::Validation(vec![issue(
-                "query",
-                "kind",
-                "Input should be 'prices', 'books', 'metrics' or 'candles' \
-                 (trades stream from /v1/export/trades)",
-                "enum",
-            )])
-        })?;
-    let q_export = q.export(kind.by_token(), kind.by_resolution())?;
-    let export = export::prepare(&state, &caller, &q_export, kind).await?;
-    // A job shows its progress against the store's count, which tick-level
-    // data does not have (ticks are counted only by reading them).
-    let total_rows = export.rows(&state).await?.ok_or_else(|| {
+    let kind = Kind::parse(q.kind()?).ok_or_else(|| {
         ApiError::Validation(vec![issue(
             "query",
-            "resolution",
-            format!(
-                "Export jobs are of buckets: a tick-level export streams from \
-                 /v1/export/{} with resolution=tick",
-                kind.as_str()
-            ),
+            "kind",
+            "Input should be 'prices', 'books', 'metrics', 'trades' or 'candles'",
             "enum",
         )])
     })?;
+    let q_export = q.export(kind.by_token(), kind.by_resolution())?;
+    let export = export::prepare(&state, &caller, &q_export, kind).await?;
+    let total_rows = export.rows(&state).await?;
     let request = Request {
         params: q.params(),
         filename: export.filename(),

@@ -129,6 +129,7 @@ macro_rules! store_conformance {
             sparse_ranges_over_decades_cost_what_their_rows_cost: Shared,
             large_writes_round_trip: Shared,
             ticks_round_trip_in_key_order_and_page: Shared,
+            tick_counts_are_the_ticks_a_span_holds: Shared,
             trade_ids_count_once_whatever_write_they_come_in: Shared,
             trade_totals_sum_the_deduplicated_trades_per_bucket: Shared,
             book_at_is_the_latest_snapshot_at_or_before: Shared,

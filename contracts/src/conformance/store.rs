@@ -8,8 +8,8 @@
 
 pub use super::accounts::*;
 pub use super::ticks::{
-    book_at_is_the_latest_snapshot_at_or_before, ticks_round_trip_in_key_order_and_page,
-    trade_ids_count_once_whatever_write_they_come_in,
+    book_at_is_the_latest_snapshot_at_or_before, tick_counts_are_the_ticks_a_span_holds,
+    ticks_round_trip_in_key_order_and_page, trade_ids_count_once_whatever_write_they_come_in,
     trade_totals_sum_the_deduplicated_trades_per_bucket,
 };
 use super::{ensure, store_err, Backend, Check, T0};

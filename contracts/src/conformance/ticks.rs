@@ -199,6 +199,89 @@ pub async fn ticks_round_trip_in_key_order_and_page(
     Ok(())
 }
 
+/// `count_ticks` is the number of ticks `ticks` serves over a span, for
+/// every kind: over partition edges and years of empty time, a replayed
+/// write and a repeated trade id counted once, `end` exclusive, an empty or
+/// reversed span 0, another token's ticks never.
+pub async fn tick_counts_are_the_ticks_a_span_holds(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let p = partition_of(prefix);
+    let tok = format!("{prefix}-tok");
+    let times = [
+        T0,
+        T0 + 1,
+        T0 + 1,
+        T0 + HOUR - 1,
+        T0 + HOUR,
+        T0 + 5 * HOUR,
+        T0 + 900 * DAY,
+        T0 + 3650 * DAY,
+    ];
+    let mut written = Vec::new();
+    for (i, ts) in times.iter().enumerate() {
+        let offset = 10 * i as u64;
+        written.push(tick(&tok, *ts, p, offset, price(0.5)));
+        written.push(tick(&tok, *ts, p, offset + 1, book(0.4)));
+        written.push(tick(
+            &tok,
+            *ts,
+            p,
+            offset + 2,
+            trade(0.5, TradeSide::Buy, Some(&format!("{prefix}-t{}", i % 5))),
+        ));
+    }
+    written.push(tick(&format!("{prefix}-other"), T0 + 2, p, 500, price(0.1)));
+    apply(a, written.clone()).await?;
+    apply(a, written[..9].to_vec()).await?;
+    let spans = [
+        (0, T0 + 3650 * DAY + 1),
+        (T0, T0 + 3650 * DAY),
+        (T0 + 1, T0 + HOUR),
+        (T0 + HOUR - 1, T0 + 5 * HOUR + 1),
+        (T0 + 2, T0 + 900 * DAY),
+        (T0 + 5 * HOUR, T0 + 5 * HOUR),
+        (T0 + 5 * HOUR, T0),
+    ];
+    for kind in TickKind::ALL {
+        for (start, end) in spans {
+            let counted = b
+                .count_ticks(kind, &tok, Timestamp(start), Timestamp(end))
+                .await
+                .map_err(store_err)?;
+            let served = if end > start {
+                read(b, kind, &tok, TickKey::at(Timestamp(start)), end, 1_000)
+                    .await?
+                    .len() as u64
+            } else {
+                0
+            };
+            ensure(counted == served, || {
+                format!("{kind:?} in [{start}, {end}): counted {counted}, ticks serves {served}")
+            })?;
+            // Independently of `ticks`: prices and books one per time;
+            // trades once per id (ids repeat every 5 times).
+            let in_span = times.iter().filter(|t| (start..end).contains(*t)).count() as u64;
+            let firsts = times
+                .iter()
+                .take(5)
+                .filter(|t| (start..end).contains(*t))
+                .count() as u64;
+            let want = if kind == TickKind::Trade {
+                firsts
+            } else {
+                in_span
+            };
+            ensure(counted == want, || {
+                format!("{kind:?} in [{start}, {end}): counted {counted}, wrote {want}")
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// A trade id counts once per token: repeated in the same write, in a later
 /// write, or replayed at its first position, one trade is stored — the
 /// first; trades without an id all count; another token's equal id is its
