@@ -862,6 +862,45 @@ impl ScyllaStore {
             .collect()
     }
 
+    /// Rows of series `id` in table `tbl` with `start <= t < end`, over
+    /// time partitions `first..=last`: one `stmt` count (bound `id`,
+    /// partition, `start`, `end`) per partition `next_periods` lists, so
+    /// rows are counted where they lie and empty time costs nothing. Shared
+    /// by bucket counts and tick counts.
+    async fn count_listed(
+        &self,
+        op: &'static str,
+        tbl: &str,
+        stmt: &str,
+        id: &str,
+        (first, last): (i64, i64),
+        (start, end): (Timestamp, Timestamp),
+    ) -> Result<u64> {
+        let mut total = 0;
+        if end <= start {
+            return Ok(total);
+        }
+        let mut next = first;
+        while next <= last {
+            let periods = self.next_periods(op, tbl, id, next, last, false).await?;
+            let Some(&after) = periods.last() else {
+                break;
+            };
+            next = after + 1;
+            for period in periods {
+                let (n,) = self
+                    .exec(op, stmt, (id, period, ts(start.0), ts(end.0)))
+                    .await?
+                    .into_rows_result()
+                    .map_err(corrupt)?
+                    .single_row::<(i64,)>()
+                    .map_err(corrupt)?;
+                total += n as u64;
+            }
+        }
+        Ok(total)
+    }
+
     /// The ticks of `write` to store: every one but trades whose (token,
     /// trade id) the store holds at another position, or an earlier tick
     /// of this write holds. The ids seen first here are recorded in
@@ -1439,38 +1478,20 @@ impl ReadStore for ScyllaStore {
     }
 
     async fn count(&self, table: Table, id: &str, range: Range) -> Result<u64> {
-        let mut total = 0;
-        if range.end <= range.start {
-            return Ok(total);
-        }
-        let name = format!("count_{}_{}", table.as_str(), range.res.as_str());
         let tbl = format!("{}_{}", table.as_str(), range.res.as_str());
-        let last = period_of(range.res, range.end.0 - 1);
-        let mut next = period_of(range.res, range.start.0);
-        while next <= last {
-            let periods = self
-                .next_periods("count_rows", &tbl, id, next, last, false)
-                .await?;
-            let Some(&after) = periods.last() else {
-                break;
-            };
-            next = after + 1;
-            for period in periods {
-                let (n,) = self
-                    .exec(
-                        "count_rows",
-                        &name,
-                        (id, period, ts(range.start.0), ts(range.end.0)),
-                    )
-                    .await?
-                    .into_rows_result()
-                    .map_err(corrupt)?
-                    .single_row::<(i64,)>()
-                    .map_err(corrupt)?;
-                total += n as u64;
-            }
-        }
-        Ok(total)
+        let periods = (
+            period_of(range.res, range.start.0),
+            period_of(range.res, range.end.0 - 1),
+        );
+        self.count_listed(
+            "count_rows",
+            &tbl,
+            &format!("count_{tbl}"),
+            id,
+            periods,
+            (range.start, range.end),
+        )
+        .await
     }
 
     async fn count_ticks(
@@ -1480,38 +1501,17 @@ impl ReadStore for ScyllaStore {
         start: Timestamp,
         end: Timestamp,
     ) -> Result<u64> {
-        let mut total = 0;
-        if end <= start {
-            return Ok(total);
-        }
         let tbl = kind.as_str();
-        let name = format!("count_{tbl}");
-        let last = tick_period(end.0 - 1);
-        let mut next = tick_period(start.0);
-        while next <= last {
-            let periods = self
-                .next_periods("count_ticks", tbl, token_id, next, last, false)
-                .await?;
-            let Some(&after) = periods.last() else {
-                break;
-            };
-            next = after + 1;
-            for period in periods {
-                let (n,) = self
-                    .exec(
-                        "count_ticks",
-                        &name,
-                        (token_id, period, ts(start.0), ts(end.0)),
-                    )
-                    .await?
-                    .into_rows_result()
-                    .map_err(corrupt)?
-                    .single_row::<(i64,)>()
-                    .map_err(corrupt)?;
-                total += n as u64;
-            }
-        }
-        Ok(total)
+        let periods = (tick_period(start.0), tick_period(end.0 - 1));
+        self.count_listed(
+            "count_ticks",
+            tbl,
+            &format!("count_{tbl}"),
+            token_id,
+            periods,
+            (start, end),
+        )
+        .await
     }
 
     async fn ticks(&self, kind: TickKind, token_id: &str, range: TickRange) -> Result<Vec<Tick>> {
