@@ -166,6 +166,107 @@ async fn a_log_from_before_body_digests_opens_keeps_its_keys_and_conflicts_on_ne
     hindsight_sqlite::SqliteLog::open(dir.path()).unwrap();
 }
 
+/// The length-prefixed envelopes of `events`: a batch row's payload as
+/// written before compression.
+fn raw_payload(events: &[Event]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for e in events {
+        let bytes = codec::encode(e);
+        out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+        out.extend_from_slice(&bytes);
+    }
+    out
+}
+
+async fn read_all(log: &hindsight_sqlite::SqliteLog) -> Vec<(u64, Event)> {
+    use hindsight_contracts::LogConsumer;
+    let mut consumer = log.consumer(0).unwrap();
+    let mut out = Vec::new();
+    loop {
+        let got = consumer
+            .poll(1_000, std::time::Duration::from_millis(10))
+            .await
+            .unwrap();
+        if got.is_empty() {
+            return out;
+        }
+        out.extend(got.into_iter().map(|d| (d.position.offset, d.event)));
+    }
+}
+
+#[tokio::test]
+async fn a_log_from_before_compression_reads_its_batches_and_compresses_new_ones() {
+    use hindsight_contracts::{AppendBatch, EventLog};
+    let dir = tempfile::tempdir().unwrap();
+    let old = catalog("a")
+        .into_iter()
+        .chain(catalog("b"))
+        .collect::<Vec<_>>();
+    {
+        let conn = rusqlite::Connection::open(dir.path().join("log.db")).unwrap();
+        conn.execute_batch(LOG_BEFORE_DIGESTS).unwrap();
+        conn.execute(
+            "INSERT INTO log_batches VALUES (0, 2, 0, ?1)",
+            [raw_payload(&old)],
+        )
+        .unwrap();
+    }
+    let log = hindsight_sqlite::SqliteLog::open(dir.path()).unwrap();
+    let new = catalog("c");
+    log.append(AppendBatch {
+        events: new.clone(),
+        idempotency: None,
+    })
+    .await
+    .unwrap();
+    let expected: Vec<(u64, Event)> = old
+        .into_iter()
+        .chain(new)
+        .enumerate()
+        .map(|(i, e)| (i as u64, e))
+        .collect();
+    assert_eq!(read_all(&log).await, expected);
+    let conn = rusqlite::Connection::open(dir.path().join("log.db")).unwrap();
+    let codecs: Vec<i64> = conn
+        .prepare("SELECT codec FROM log_batches ORDER BY first_offset")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        codecs,
+        vec![0, 1],
+        "the old batch stays raw, the new one is zstd"
+    );
+    // Opening again upgrades nothing twice, and reads the same.
+    drop(log);
+    let log = hindsight_sqlite::SqliteLog::open(dir.path()).unwrap();
+    assert_eq!(read_all(&log).await, expected);
+}
+
+#[tokio::test]
+async fn a_damaged_compressed_batch_is_a_corrupt_log_error_not_a_panic() {
+    use hindsight_contracts::{AppendBatch, EventLog, LogConsumer};
+    let dir = tempfile::tempdir().unwrap();
+    let log = hindsight_sqlite::SqliteLog::open(dir.path()).unwrap();
+    log.append(AppendBatch {
+        events: catalog("a"),
+        idempotency: None,
+    })
+    .await
+    .unwrap();
+    let conn = rusqlite::Connection::open(dir.path().join("log.db")).unwrap();
+    conn.execute("UPDATE log_batches SET payload = X'28B52FFD00DEADBEEF'", [])
+        .unwrap();
+    let mut consumer = log.consumer(0).unwrap();
+    let err = consumer
+        .poll(10, std::time::Duration::from_millis(10))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("log batch at 0"), "{err}");
+}
+
 #[tokio::test]
 async fn an_idempotency_file_from_before_claims_keeps_answering_its_keys() {
     use hindsight_contracts::{Claim, IdempotencyStore};
