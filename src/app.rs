@@ -50,7 +50,15 @@ impl Embedded {
             dashboard: Default::default(),
             export_jobs: Default::default(),
         };
-        crate::services::api::router(&cfg, self.store.clone(), self.store.clone()).await
+        let (routes, usage) =
+            crate::services::api::router(&cfg, self.store.clone(), self.store.clone()).await?;
+        // Usage written every second for as long as the runtime lives.
+        let (running, stop) = tokio::sync::watch::channel(false);
+        tokio::spawn(async move {
+            usage.run(stop).await;
+            drop(running);
+        });
+        Ok(routes)
     }
 
     pub fn ingest_router(&self, token: &str, max_body_bytes: usize) -> Router {

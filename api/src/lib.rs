@@ -41,6 +41,7 @@ pub mod plans;
 pub mod query;
 pub mod rate;
 pub mod routes;
+pub mod usage;
 
 use axum::extract::{FromRef, MatchedPath, Request};
 use axum::http::{HeaderName, HeaderValue};
@@ -61,6 +62,9 @@ pub struct ApiState {
     pub keys: Arc<dyn AuthStore>,
     /// The dashboard's accounts, and every key's usage counts.
     pub accounts: Arc<dyn AccountStore>,
+    /// Requests counted in their key's usage, written to `accounts` in
+    /// batches ([`usage::UsageMeter::run`]).
+    pub usage: Arc<usage::UsageMeter>,
     pub dashboard: dashboard::DashboardConfig,
     pub plans: Arc<plans::Plans>,
     pub catalog: Arc<Catalog>,

@@ -131,6 +131,7 @@ async fn request(path: &str, fail_keys: bool) -> Outcome {
 
     let store: Arc<dyn ReadStore> = Arc::new(DownStore);
     let accounts_dir = tempfile::tempdir().unwrap();
+    let accounts = Arc::new(hindsight_sqlite::SqliteStore::open(accounts_dir.path()).unwrap());
     let state = ApiState {
         catalog: Catalog::new(store.clone()),
         store,
@@ -138,7 +139,8 @@ async fn request(path: &str, fail_keys: bool) -> Outcome {
             key: keys::record_for(KEY, "org", "enterprise"),
             fail: fail_keys,
         }),
-        accounts: Arc::new(hindsight_sqlite::SqliteStore::open(accounts_dir.path()).unwrap()),
+        accounts: accounts.clone(),
+        usage: hindsight_api::usage::UsageMeter::new(accounts),
         dashboard: Default::default(),
         plans: Arc::new(Plans::default()),
         clock: Arc::new(hindsight_schemas::time::SystemClock),

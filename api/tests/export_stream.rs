@@ -131,9 +131,12 @@ fn app(store: Minutes, slots: ExportSlots) -> axum::Router {
     let store: Arc<dyn ReadStore> = Arc::new(store);
     // The dashboard's usage counts need an account store: a real one, in a
     // directory that outlives the router.
-    let accounts = tempfile::tempdir().unwrap().keep();
+    let accounts = Arc::new(
+        hindsight_sqlite::SqliteStore::open(&tempfile::tempdir().unwrap().keep()).unwrap(),
+    );
     router(ApiState {
-        accounts: Arc::new(hindsight_sqlite::SqliteStore::open(&accounts).unwrap()),
+        accounts: accounts.clone(),
+        usage: hindsight_api::usage::UsageMeter::new(accounts),
         dashboard: Default::default(),
         catalog: Catalog::new(store.clone()),
         store,

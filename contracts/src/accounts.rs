@@ -74,6 +74,20 @@ pub struct UsageCount {
     pub count: u64,
 }
 
+/// Requests of one key in one hour and status class, tallied together
+/// (the API counts requests in memory and writes them in batches).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyUse {
+    pub key_id: String,
+    /// Start of the hour (UTC).
+    pub hour: Timestamp,
+    pub class: StatusClass,
+    /// Requests tallied, at least one.
+    pub count: u64,
+    /// The latest of them.
+    pub last_at: Timestamp,
+}
+
 /// What a request's status counts as in usage charts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum StatusClass {
@@ -141,10 +155,11 @@ pub struct KeyUsage {
 ///   token after its `expires_at`.
 /// - `session(hash)` returns a stored session until `delete_session`; a
 ///   backend may forget it after its `expires_at` (the caller checks).
-/// - `record_use(key, at, status)` adds one to the key's count of `at`'s
-///   hour and status class, and moves `last_used` to `at` if later; no
-///   increment is lost under concurrency between processes. `key_usage(key,
-///   since)` returns the counts of hours at or after `since`.
+/// - `record_uses(uses)` adds each use's `count` to its key's count of its
+///   hour and status class, and moves the key's `last_used` to its
+///   `last_at` if later; no increment is lost under concurrency between
+///   processes. `key_usage(key, since)` returns the counts of hours at or
+///   after `since`.
 #[async_trait]
 pub trait AccountStore: Send + Sync {
     async fn put_organization(&self, org: Organization) -> Result<()>;
@@ -159,6 +174,6 @@ pub trait AccountStore: Send + Sync {
     async fn delete_session(&self, hash: [u8; 32]) -> Result<()>;
     async fn put_org_key(&self, key: OrgKey) -> Result<()>;
     async fn org_keys(&self, organization: &str) -> Result<Vec<OrgKey>>;
-    async fn record_use(&self, key_id: &str, at: Timestamp, status: u16) -> Result<()>;
+    async fn record_uses(&self, uses: Vec<KeyUse>) -> Result<()>;
     async fn key_usage(&self, key_id: &str, since: Timestamp) -> Result<KeyUsage>;
 }

@@ -33,8 +33,8 @@ pub mod conformance;
 pub mod faults;
 
 pub use accounts::{
-    AccountStore, KeyUsage, OrgKey, Organization, Session, SignInToken, StatusClass, UsageCount,
-    User,
+    AccountStore, KeyUsage, KeyUse, OrgKey, Organization, Session, SignInToken, StatusClass,
+    UsageCount, User,
 };
 pub use auth::{ApiKeyRecord, AuthStore, RateHits};
 pub use error::{Error, ErrorKind, Result};

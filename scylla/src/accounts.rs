@@ -16,10 +16,9 @@ use crate::idempotency::Lwt;
 use crate::statements::Stmt;
 use crate::store::{corrupt, ts, ScyllaStore};
 use async_trait::async_trait;
-use hindsight_contracts::accounts::hour_of;
 use hindsight_contracts::{
-    AccountStore, KeyUsage, OrgKey, Organization, Result, Session, SignInToken, StatusClass,
-    UsageCount, User,
+    AccountStore, KeyUsage, KeyUse, OrgKey, Organization, Result, Session, SignInToken,
+    StatusClass, UsageCount, User,
 };
 use hindsight_schemas::Timestamp;
 use scylla::value::CqlTimestamp;
@@ -107,8 +106,8 @@ pub fn statements(ks: &str) -> Vec<Stmt> {
         ),
         stmt(
             "count_use",
-            format!("UPDATE {ks}.key_usage SET count = count + 1 WHERE key_id = ? AND hour = ? AND class = ?"),
-            &["text", "timestamp", "text"],
+            format!("UPDATE {ks}.key_usage SET count = count + ? WHERE key_id = ? AND hour = ? AND class = ?"),
+            &["counter", "text", "timestamp", "text"],
         ),
         stmt(
             "upsert_last_used",
@@ -357,21 +356,30 @@ impl AccountStore for ScyllaStore {
         Ok(out)
     }
 
-    async fn record_use(&self, key_id: &str, at: Timestamp, status: u16) -> Result<()> {
-        let class = StatusClass::of(status).as_str();
-        self.exec(
-            "record_use",
-            "count_use",
-            (key_id, ts(hour_of(at).0), class),
-        )
-        .await?;
-        self.exec(
-            "record_use",
-            "upsert_last_used",
-            (key_id, ts(at.0), at.0.saturating_mul(1000)),
-        )
-        .await
-        .map(|_| ())
+    /// A counter update and a last-used write per tally. Not a batch: a
+    /// counter batch is not idempotent either, and the tallies of one
+    /// flush are few (one per key, hour and class in a second).
+    async fn record_uses(&self, uses: Vec<KeyUse>) -> Result<()> {
+        for u in &uses {
+            let count = scylla::value::Counter(i64::try_from(u.count).unwrap_or(i64::MAX));
+            self.exec(
+                "record_uses",
+                "count_use",
+                (count, u.key_id.as_str(), ts(u.hour.0), u.class.as_str()),
+            )
+            .await?;
+            self.exec(
+                "record_uses",
+                "upsert_last_used",
+                (
+                    u.key_id.as_str(),
+                    ts(u.last_at.0),
+                    u.last_at.0.saturating_mul(1000),
+                ),
+            )
+            .await?;
+        }
+        Ok(())
     }
 
     async fn key_usage(&self, key_id: &str, since: Timestamp) -> Result<KeyUsage> {

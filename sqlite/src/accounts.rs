@@ -11,10 +11,9 @@ use crate::db::{blocking, open, Durability};
 use crate::store::SqliteStore;
 use crate::{CResult, Error, Result};
 use async_trait::async_trait;
-use hindsight_contracts::accounts::hour_of;
 use hindsight_contracts::{
-    AccountStore, KeyUsage, OrgKey, Organization, Session, SignInToken, StatusClass, UsageCount,
-    User,
+    AccountStore, KeyUsage, KeyUse, OrgKey, Organization, Session, SignInToken, StatusClass,
+    UsageCount, User,
 };
 use hindsight_schemas::Timestamp;
 use rusqlite::{params, Connection, OptionalExtension};
@@ -315,21 +314,23 @@ impl AccountStore for SqliteStore {
             .await
     }
 
-    async fn record_use(&self, key_id: &str, at: Timestamp, status: u16) -> CResult<()> {
-        let key_id = key_id.to_string();
-        let class = StatusClass::of(status).as_str();
+    async fn record_uses(&self, uses: Vec<KeyUse>) -> CResult<()> {
         self.accounts
             .run(move |c| {
-                c.prepare_cached(
-                    "INSERT INTO key_usage VALUES (?1, ?2, ?3, 1) \
-                     ON CONFLICT (key_id, hour, class) DO UPDATE SET count = count + 1",
-                )?
-                .execute(params![key_id, hour_of(at).millis(), class])?;
-                c.prepare_cached(
-                    "INSERT INTO key_last_used VALUES (?1, ?2) \
-                     ON CONFLICT (key_id) DO UPDATE SET at = max(at, excluded.at)",
-                )?
-                .execute(params![key_id, at.millis()])?;
+                let tx = c.unchecked_transaction()?;
+                for u in &uses {
+                    tx.prepare_cached(
+                        "INSERT INTO key_usage VALUES (?1, ?2, ?3, ?4) \
+                         ON CONFLICT (key_id, hour, class) DO UPDATE SET count = count + excluded.count",
+                    )?
+                    .execute(params![u.key_id, u.hour.millis(), u.class.as_str(), u.count as i64])?;
+                    tx.prepare_cached(
+                        "INSERT INTO key_last_used VALUES (?1, ?2) \
+                         ON CONFLICT (key_id) DO UPDATE SET at = max(at, excluded.at)",
+                    )?
+                    .execute(params![u.key_id, u.last_at.millis()])?;
+                }
+                tx.commit()?;
                 Ok(())
             })
             .await

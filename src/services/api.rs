@@ -10,6 +10,7 @@ use hindsight_api::cursor::CursorKeys;
 use hindsight_api::dashboard::DashboardConfig;
 use hindsight_api::jobs::{self, JobConfig, Jobs};
 use hindsight_api::plans::Plans;
+use hindsight_api::usage::UsageMeter;
 use hindsight_api::ApiState;
 use hindsight_contracts::{ExportJobStore, Store};
 use hindsight_schemas::time::Clock;
@@ -91,19 +92,21 @@ fn data_dir_secret(dir: &Path) -> anyhow::Result<String> {
 
 /// The `/v1` routes alone over `store`, with the in-memory catalog loaded
 /// and refreshing, and the export job worker running over `jobs` (dev
-/// serves them beside ingest).
+/// serves them beside ingest); and the meter counting their requests in
+/// keys' usage, for [`run_usage`].
 pub async fn router(
     cfg: &ApiConfig,
     store: Arc<dyn Store>,
     jobs: Arc<dyn ExportJobStore>,
-) -> anyhow::Result<Router> {
+) -> anyhow::Result<(Router, Arc<UsageMeter>)> {
     let catalog = Catalog::new(store.clone());
     catalog.refresh().await?;
     catalog.spawn_refresher(CATALOG_REFRESH);
     let state = ApiState {
         store: store.clone(),
         keys: store.clone(),
-        accounts: store,
+        accounts: store.clone(),
+        usage: UsageMeter::new(store),
         dashboard: cfg.dashboard.clone(),
         plans: cfg.plans.clone(),
         catalog,
@@ -113,7 +116,20 @@ pub async fn router(
         jobs: Jobs::new(jobs, cfg.export_jobs.clone()),
     };
     jobs::spawn_worker(state.clone());
-    Ok(hindsight_api::router(state))
+    let usage = state.usage.clone();
+    Ok((hindsight_api::router(state), usage))
+}
+
+/// Writes `usage`'s tallies every second while `service` runs, and the last
+/// ones once its servers have answered their last request.
+pub fn run_usage(service: &mut Service, usage: Arc<UsageMeter>) {
+    let periodic = usage.clone();
+    service.spawn_with(move |stop| periodic.run(stop));
+    service.after_stop(async move {
+        if let Err(e) = usage.flush().await {
+            tracing::error!(error = %e, "writing the last usage counts failed");
+        }
+    });
 }
 
 pub async fn build(
@@ -126,10 +142,8 @@ pub async fn build(
         log: None,
         store: Some(store.clone()),
     });
-    Ok(Service::new(
-        "api",
-        listeners,
-        router(cfg, store, backends.export_jobs()?).await?,
-        ops,
-    ))
+    let (routes, usage) = router(cfg, store, backends.export_jobs()?).await?;
+    let mut service = Service::new("api", listeners, routes, ops);
+    run_usage(&mut service, usage);
+    Ok(service)
 }

@@ -61,6 +61,8 @@ pub struct Service {
     ops: Option<(TcpListener, Router)>,
     limits: HttpLimits,
     workers: Vec<Worker>,
+    /// Run once every server and worker has stopped.
+    after_stop: Vec<Worker>,
     stop: watch::Sender<bool>,
 }
 
@@ -78,6 +80,7 @@ impl Service {
             ops,
             limits: HttpLimits::default(),
             workers: Vec::new(),
+            after_stop: Vec::new(),
             stop: watch::Sender::new(false),
         }
     }
@@ -97,6 +100,12 @@ impl Service {
         Fut: Future<Output = ()> + Send + 'static,
     {
         self.workers.push(Box::pin(worker(self.stop.subscribe())));
+    }
+
+    /// Adds a task to run once every server has answered its last request
+    /// and every worker has stopped (a last flush of what they left).
+    fn after_stop(&mut self, task: impl Future<Output = ()> + Send + 'static) {
+        self.after_stop.push(Box::pin(task));
     }
 
     /// The service's own address (for the projector: its ops address).
@@ -165,6 +174,9 @@ impl Service {
             if result.is_ok() {
                 result = flatten(ended);
             }
+        }
+        for task in self.after_stop {
+            task.await;
         }
         result
     }

@@ -521,6 +521,8 @@ async fn render_keys(
 ) -> Result<Response> {
     let now = state.clock.now();
     let since = Timestamp(accounts_hour(now).0 - 23 * HOUR_MS);
+    // This process's latest requests, counted but not yet written.
+    state.usage.flush().await?;
     let mut rows = Vec::new();
     for (key, record) in key_rows(state, &me.org.name).await? {
         let usage = state.accounts.key_usage(&key.key_id, since).await?;

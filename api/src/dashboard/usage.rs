@@ -92,6 +92,8 @@ pub async fn page(
     };
     let now = state.clock.now();
     let since = Timestamp(hour_of(now).0.div_euclid(DAY_MS) * DAY_MS - (DAYS as i64 - 1) * DAY_MS);
+    // This process's latest requests, counted but not yet written.
+    state.usage.flush().await?;
     let mut per_key = Vec::new();
     for (key, _) in super::key_rows(&state, &me.org.name).await? {
         let usage = state.accounts.key_usage(&key.key_id, since).await?;

@@ -156,20 +156,28 @@ pub async fn usage_counts_add_up_across_handles(
     let key = format!("key_use_{prefix}");
     let h0 = hour_of(Timestamp(T0));
     let at = |hour: i64, ms: i64| Timestamp(h0.0 + hour * HOUR_MS + ms);
-    let mut uses = Vec::new();
-    for i in 0..20 {
-        uses.push((at(0, i), 200));
-    }
-    for i in 0..6 {
-        uses.push((at(1, i), 429));
-    }
-    uses.push((at(1, 7), 404));
-    uses.push((at(2, 9), 304));
+    let one = |t: Timestamp, status: u16| KeyUse {
+        key_id: key.clone(),
+        hour: hour_of(t),
+        class: StatusClass::of(status),
+        count: 1,
+        last_at: t,
+    };
     // The latest use first: last_used must not go back.
-    uses.insert(0, (at(3, 5), 500));
-    let records = uses.iter().enumerate().map(|(i, (t, s))| {
+    let mut calls = vec![vec![one(at(3, 5), 500)]];
+    // Hour 0: ten single requests, and a tally of ten more.
+    calls.extend((0..10).map(|i| vec![one(at(0, i), 200)]));
+    calls.push(vec![KeyUse {
+        count: 10,
+        last_at: at(0, 19),
+        ..one(at(0, 10), 200)
+    }]);
+    calls.extend((0..6).map(|i| vec![one(at(1, i), 429)]));
+    // Tallies of two hours and classes in one call.
+    calls.push(vec![one(at(1, 7), 404), one(at(2, 9), 304)]);
+    let records = calls.into_iter().enumerate().map(|(i, uses)| {
         let client = if i % 2 == 0 { a } else { b };
-        client.record_use(&key, *t, *s)
+        client.record_uses(uses)
     });
     for result in super::store::join_all(records.collect()).await {
         result.map_err(store_err)?;
