@@ -15,6 +15,7 @@ use crate::process::memory_mb;
 use crate::shape::{market_line, spaced, token_id, LiveFeed, ZipfTokens, DAY};
 use hindsight_contracts::{ReadStore, TickKind};
 use hindsight_schemas::Timestamp;
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -314,18 +315,48 @@ async fn client(
     Ok(())
 }
 
-/// Ack → visible probes, one every 100 ms while the clients send.
+/// Ack → visible probes: one posted every 100 ms while the clients send
+/// (however long the last takes to show), and one watcher polling `/v1`
+/// every 5 ms for the oldest still invisible, so a backlog of seconds
+/// still gives a probe per 100 ms and costs one poller.
 async fn probe(
     h: Arc<Harness>,
     progress: Arc<Progress>,
     delays: Arc<Mutex<Vec<f64>>>,
 ) -> anyhow::Result<()> {
-    while !progress.stop.load(Relaxed) {
-        let delay = h.probe().await?;
-        delays.lock().unwrap().push(delay);
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    let waiting = Arc::new(Mutex::new(VecDeque::<(i64, Instant)>::new()));
+    let poster = {
+        let (h, waiting) = (h.clone(), waiting.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_millis(100));
+            // A slow acknowledgement delays the next probe, not a burst.
+            every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while !progress.stop.load(Relaxed) {
+                every.tick().await;
+                let t = h.post_probe().await?;
+                waiting.lock().unwrap().push_back((t, Instant::now()));
+            }
+            anyhow::Ok(())
+        })
+    };
+    loop {
+        let oldest = waiting.lock().unwrap().front().map(|&(t, _)| t);
+        match oldest {
+            Some(t) => {
+                let visible = h.visible_probes(t).await?;
+                let seen = Instant::now();
+                let mut waiting = waiting.lock().unwrap();
+                let mut delays = delays.lock().unwrap();
+                let shown = visible.min(waiting.len());
+                for (_, acked) in waiting.drain(..shown) {
+                    delays.push((seen - acked).as_secs_f64() * 1000.0);
+                }
+            }
+            None if poster.is_finished() => return poster.await?,
+            None => {}
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
     }
-    Ok(())
 }
 
 /// Price ticks the store holds over every token of the feed, counted per

@@ -134,38 +134,50 @@ impl Harness {
         Ok(())
     }
 
-    /// Ingests one probe tick into a 1m bucket of its own and returns the
-    /// milliseconds from its acknowledgement until `/v1` serves it.
-    pub async fn probe(&self) -> anyhow::Result<f64> {
+    /// Ingests the next probe tick, alone in a 1m bucket of its own, and
+    /// returns its time once acknowledged. Probes are one minute apart from
+    /// 30 days after the feeds' day: minutes no feed tick falls in.
+    pub async fn post_probe(&self) -> anyhow::Result<i64> {
         let i = self
             .probes
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        // 30 days after the feeds' day: a minute no feed tick falls in.
         let t = DAY + 30 * 86_400 + i * 60;
         self.post(format!(
             "{{\"kind\":\"price\",\"market_id\":\"probe\",\"token_id\":\"probe-yes\",\"ts\":{t},\"p\":0.5}}\n"
         ))
         .await?;
-        let acked = Instant::now();
+        Ok(t)
+    }
+
+    /// How many probe ticks `/v1` serves from time `from` on (one page, so
+    /// at most 200). The projector makes ticks visible in log order, so
+    /// these are the ones posted first.
+    pub async fn visible_probes(&self, from: i64) -> anyhow::Result<usize> {
         let url = format!(
-            "{}/v1/tokens/probe-yes/prices?start_ts={t}&end_ts={}&resolution=1m",
+            "{}/v1/tokens/probe-yes/prices?start_ts={from}&end_ts={}&resolution=1m&limit=200",
             self.base,
-            t + 60
+            from + 200 * 60
         );
-        loop {
-            let body: serde_json::Value = self
-                .client
-                .get(&url)
-                .header("X-API-Key", KEY)
-                .send()
-                .await?
-                .json()
-                .await?;
-            if body["data"].as_array().is_some_and(|d| !d.is_empty()) {
-                return Ok(acked.elapsed().as_secs_f64() * 1000.0);
-            }
+        let r = self
+            .client
+            .get(&url)
+            .header("X-API-Key", KEY)
+            .send()
+            .await?;
+        anyhow::ensure!(r.status() == 200, "{url} answered {}", r.status());
+        let body: serde_json::Value = r.json().await?;
+        Ok(body["data"].as_array().map_or(0, Vec::len))
+    }
+
+    /// Ingests one probe tick and returns the milliseconds from its
+    /// acknowledgement until `/v1` serves it.
+    pub async fn probe(&self) -> anyhow::Result<f64> {
+        let t = self.post_probe().await?;
+        let acked = Instant::now();
+        while self.visible_probes(t).await? == 0 {
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
+        Ok(acked.elapsed().as_secs_f64() * 1000.0)
     }
 
     /// Stops the projector and removes the data directory.
