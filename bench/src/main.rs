@@ -6,6 +6,13 @@
 //! - `pipeline`: embedded end-to-end events/s from HTTP ingest to durable
 //!   buckets, the delay from ingest acknowledgement to visibility in `/v1`
 //!   (p50/p99), and peak RSS;
+//! - `live`: the live path on a long-tail shape, with bodies generated
+//!   as they are sent: 60 s of HTTP ingest → durable buckets on 20 000
+//!   tokens (events/s acknowledged and durable, the backlog and its drain,
+//!   ack → visible p50/p99, RSS every 100 ms), then
+//!   `HINDSIGHT_BENCH_LIVE_TICKS` ticks (default 100 M; 2 M with `--quick`)
+//!   over 100 000 tokens with RSS printed at every 10 %; fails unless the
+//!   store holds every acknowledged tick;
 //! - `api`: req/s and p50/p99 of history pages and a search over 100 000
 //!   markets next to a hello-world route, the 200-point page next to
 //!   Debian's nginx serving the same bytes as a static file, and the API
@@ -32,6 +39,7 @@
 mod api;
 mod engines;
 mod export;
+mod live;
 mod nginx;
 mod pipeline;
 mod process;
@@ -54,6 +62,9 @@ fn main() -> anyhow::Result<()> {
     }
     if all || which.contains(&"pipeline") {
         pipeline::run(quick)?;
+    }
+    if all || which.contains(&"live") {
+        live::run(quick)?;
     }
     if all || which.contains(&"api") {
         api::run(quick)?;

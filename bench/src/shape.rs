@@ -41,14 +41,89 @@ impl Shape {
     }
 }
 
-fn market_line(m: &str) -> String {
+/// The catalog line of market `m` with its two tokens `{m}-yes`, `{m}-no`.
+pub fn market_line(m: &str) -> String {
     format!(
         r#"{{"kind":"market","id":"{m}","slug":"{m}-slug","question":"Will {m} happen?","status":"open","tokens":[{{"id":"{m}-yes","label":"Yes"}},{{"id":"{m}-no","label":"No"}}],"updated_at":"2025-08-15T00:00:00Z"}}"#
     )
 }
 
 fn tick_line(m: &str, side: &str, ts: i64, p: f64) -> String {
-    format!(r#"{{"kind":"price","market_id":"{m}","token_id":"{m}-{side}","ts":{ts},"p":{p}}}"#)
+    let mut line = String::new();
+    write_tick(&mut line, m, side, ts, p);
+    line
+}
+
+fn write_tick(out: &mut String, m: &str, side: &str, ts: i64, p: f64) {
+    use std::fmt::Write;
+    let _ = write!(
+        out,
+        r#"{{"kind":"price","market_id":"{m}","token_id":"{m}-{side}","ts":{ts},"p":{p}}}"#
+    );
+}
+
+/// Token number `token` of markets `{prefix}{number}`: even tokens are a
+/// market's `yes`, odd ones its `no`; returns (market, side).
+fn market_side(prefix: &str, token: usize) -> (String, &'static str) {
+    let side = if token.is_multiple_of(2) { "yes" } else { "no" };
+    (format!("{prefix}{}", token / 2), side)
+}
+
+/// The id of token number `token`, as [`long_tail`] and [`LiveFeed`] name it.
+pub fn token_id(prefix: &str, token: usize) -> String {
+    let (market, side) = market_side(prefix, token);
+    format!("{market}-{side}")
+}
+
+/// The price of the `n`th tick of a shape: spread over [0, 1) without a
+/// random source, so runs are repeatable.
+fn price(n: usize) -> f64 {
+    ((n * 7919) % 1000) as f64 / 1000.0
+}
+
+/// The long-tail activity law: token ranks drawn with weight 1/(rank+1)
+/// (Zipf-like), so a few tokens trade every few seconds and most a handful
+/// of times a day. Drawn by a fixed LCG through the inverse CDF, so a seed
+/// gives the same sequence on every run; the CDF is shared, not copied,
+/// between the generators of one run.
+#[derive(Clone)]
+pub struct ZipfTokens {
+    cdf: std::sync::Arc<[f64]>,
+    state: u64,
+}
+
+impl ZipfTokens {
+    /// The seed [`long_tail`] files are drawn with.
+    pub const SEED: u64 = 0x9e37_79b9_7f4a_7c15;
+
+    pub fn new(tokens: usize, seed: u64) -> ZipfTokens {
+        let cdf = (0..tokens)
+            .scan(0.0, |acc, r| {
+                *acc += 1.0 / (r as f64 + 1.0);
+                Some(*acc)
+            })
+            .collect();
+        ZipfTokens { cdf, state: seed }
+    }
+
+    /// The same law drawn from another seed (another client's feed).
+    pub fn reseeded(&self, seed: u64) -> ZipfTokens {
+        ZipfTokens {
+            cdf: self.cdf.clone(),
+            state: seed,
+        }
+    }
+
+    /// The next token number, in `0..tokens`.
+    pub fn draw(&mut self) -> usize {
+        self.state = self
+            .state
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1_442_695_040_888_963_407);
+        let total = self.cdf[self.cdf.len() - 1];
+        let u = (self.state >> 11) as f64 / (1u64 << 53) as f64 * total;
+        self.cdf.partition_point(|&c| c < u).min(self.cdf.len() - 1)
+    }
 }
 
 /// `12345678` as `12 345 678`, as the figures are printed.
@@ -64,37 +139,58 @@ pub fn spaced(n: usize) -> String {
     out
 }
 
-/// `markets` markets (two tokens each) over one day; token activity follows
-/// a Zipf-like law (weight 1/rank), so a few tokens trade every few seconds
-/// and most a handful of times a day: nearly every tick opens new buckets.
+/// `markets` markets (two tokens each) over one day; token activity
+/// follows [`ZipfTokens`], so nearly every tick opens new buckets.
 pub fn long_tail(prefix: &str, markets: usize, ticks: usize) -> Shape {
-    let tokens = markets * 2;
-    // Inverse CDF of weights 1/(rank+1), sampled by a fixed LCG.
-    let cdf: Vec<f64> = (0..tokens)
-        .scan(0.0, |acc, r| {
-            *acc += 1.0 / (r as f64 + 1.0);
-            Some(*acc)
-        })
-        .collect();
-    let total = *cdf.last().unwrap();
-    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut tokens = ZipfTokens::new(markets * 2, ZipfTokens::SEED);
     let mut lines: Vec<String> = (0..markets)
         .map(|m| market_line(&format!("{prefix}{m}")))
         .collect();
     for n in 0..ticks {
-        state = state
-            .wrapping_mul(6_364_136_223_846_793_005)
-            .wrapping_add(1_442_695_040_888_963_407);
-        let u = (state >> 11) as f64 / (1u64 << 53) as f64 * total;
-        let token = cdf.partition_point(|&c| c < u).min(tokens - 1);
+        let (market, side) = market_side(prefix, tokens.draw());
         let ts = DAY + (n as i64 * 86_400) / ticks as i64;
-        let p = ((n * 7919) % 1000) as f64 / 1000.0;
-        let side = if token % 2 == 0 { "yes" } else { "no" };
-        lines.push(tick_line(&format!("{prefix}{}", token / 2), side, ts, p));
+        lines.push(tick_line(&market, side, ts, price(n)));
     }
     Shape {
-        name: format!("long tail: {} tokens, 1 day, Zipf activity", spaced(tokens)),
+        name: format!(
+            "long tail: {} tokens, 1 day, Zipf activity",
+            spaced(markets * 2)
+        ),
         lines,
+    }
+}
+
+/// An endless long-tail feed for the live benchmark: tokens drawn as
+/// [`long_tail`] draws them, and event time that moves forward with the
+/// feed (`per_second` ticks per second of event time from [`DAY`]), so
+/// buckets keep closing however long it runs. Clients share one sequence
+/// of tick numbers and each generates the ranges it claims, so bodies are
+/// built as they are sent instead of held in memory.
+pub struct LiveFeed {
+    prefix: String,
+    tokens: ZipfTokens,
+    per_second: u64,
+}
+
+impl LiveFeed {
+    pub fn new(prefix: &str, tokens: ZipfTokens, per_second: u64) -> LiveFeed {
+        LiveFeed {
+            prefix: prefix.to_string(),
+            tokens,
+            per_second,
+        }
+    }
+
+    /// The NDJSON body of ticks number `range` (one line each).
+    pub fn body(&mut self, range: std::ops::Range<u64>) -> String {
+        let mut out = String::with_capacity((range.end - range.start) as usize * 80);
+        for n in range {
+            let (market, side) = market_side(&self.prefix, self.tokens.draw());
+            let ts = DAY + (n / self.per_second) as i64;
+            write_tick(&mut out, &market, side, ts, price(n as usize));
+            out.push('\n');
+        }
+        out
     }
 }
 
