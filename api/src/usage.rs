@@ -1,11 +1,12 @@
 //! Every `/v1` request counted in its key's usage (the dashboard's charts),
 //! tallied in memory and written in batches.
 //!
-//! Writing each request's count as it was answered cost two upserts and a
-//! hop to a blocking thread per request: on the embedded store, about a
-//! fifth of the API's CPU under load. A tally per key, hour and status
-//! class, written once a second, costs one small write per active key a
-//! second whatever the request rate.
+//! Writing each request's count as it was answered cost two upserts (two
+//! WAL commits on the embedded store) and a hop to a blocking thread per
+//! request, visible in a profile of the API under the benchmark's page
+//! load. A tally per key, hour and status class, written once a second,
+//! costs one small write per active key a second whatever the request
+//! rate.
 //!
 //! What is not yet written is at most a second old: readers in this process
 //! flush first (the dashboard's usage charts), other processes see it
