@@ -246,7 +246,10 @@ mod tests {
     #[test]
     fn a_row_without_candle_keeps_its_sum() {
         let v = round_trip(2.25, None, BUCKET, 7);
-        assert_eq!(v, [vec![NO_CANDLE], 2.25f64.to_le_bytes().to_vec()].concat());
+        assert_eq!(
+            v,
+            [vec![NO_CANDLE], 2.25f64.to_le_bytes().to_vec()].concat()
+        );
     }
 
     #[test]
@@ -331,15 +334,24 @@ mod tests {
             2,
         );
         for len in 0..good.len() {
-            assert!(matches!(decode(&good[..len], BUCKET, 2), Err(Error::Corrupt(_))));
+            assert!(matches!(
+                decode(&good[..len], BUCKET, 2),
+                Err(Error::Corrupt(_))
+            ));
         }
         let mut longer = good.clone();
         longer.push(0);
         assert!(matches!(decode(&longer, BUCKET, 2), Err(Error::Corrupt(_))));
-        assert!(matches!(decode(&[9, 0, 0], BUCKET, 2), Err(Error::Corrupt(_))));
+        assert!(matches!(
+            decode(&[9, 0, 0], BUCKET, 2),
+            Err(Error::Corrupt(_))
+        ));
         assert!(matches!(sum(&[]), Err(Error::Corrupt(_))));
         assert!(matches!(sum(&[1, 0]), Err(Error::Corrupt(_))));
         let endless = [vec![ONE_TICK], vec![0; 8], vec![0xff; 11]].concat();
-        assert!(matches!(decode(&endless, BUCKET, 2), Err(Error::Corrupt(_))));
+        assert!(matches!(
+            decode(&endless, BUCKET, 2),
+            Err(Error::Corrupt(_))
+        ));
     }
 }

@@ -11,8 +11,8 @@ use hindsight_schemas::claims::{market_conflict, Lookups};
 use hindsight_schemas::wire::Reject;
 use hindsight_schemas::{codec, Event, MarketRecord, Resolution, Timestamp, TradeSide};
 use hindsight_telemetry as tm;
-use rustc_hash::FxHashMap;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use rustc_hash::FxHashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -241,7 +241,9 @@ fn migrate_series_tables(conn: &Connection, moved: &[(&str, &str)]) -> Result<()
     let mut rows = 0;
     for (table, id) in moved {
         conn.execute(
-            &format!("INSERT OR IGNORE INTO series_ids (name) SELECT DISTINCT {id} FROM v5_{table}"),
+            &format!(
+                "INSERT OR IGNORE INTO series_ids (name) SELECT DISTINCT {id} FROM v5_{table}"
+            ),
             [],
         )?;
     }
@@ -274,7 +276,9 @@ fn res_code_of_name(table: &str, name: &str) -> Result<i64> {
 /// columns but the id are the new table's (`res` translated to its code).
 fn migrate_series_table(conn: &Connection, table: &str, id: &str) -> Result<usize> {
     let columns: Vec<String> = conn
-        .prepare(&format!("SELECT name FROM pragma_table_info('{table}') WHERE name <> 'sid' ORDER BY cid"))?
+        .prepare(&format!(
+            "SELECT name FROM pragma_table_info('{table}') WHERE name <> 'sid' ORDER BY cid"
+        ))?
         .query_map([], |r| r.get(0))?
         .collect::<Result<_, _>>()?;
     if columns.iter().any(|c| c == "res") {
@@ -610,8 +614,10 @@ fn write_row(tx: &Transaction, sid: i64, row: &Row) -> Result<()> {
     match &row.value {
         RowValue::Price { sum, count, candle } => {
             let v = rowcodec::encode(*sum, candle.as_ref(), bucket, row.last_offset);
-            tx.prepare_cached("INSERT OR REPLACE INTO price_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
-                .execute(params![sid, res, bucket, *count as i64, last, v])?;
+            tx.prepare_cached(
+                "INSERT OR REPLACE INTO price_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            )?
+            .execute(params![sid, res, bucket, *count as i64, last, v])?;
         }
         RowValue::Metrics {
             volume_sum,
@@ -1416,6 +1422,9 @@ mod tests {
             assert_eq!(back, [r], "code {code} names one resolution");
             assert_eq!(res_code_of_name("t", r.as_str()).unwrap(), *code);
         }
-        assert!(matches!(res_code_of_name("t", "2m"), Err(Error::Corrupt(_))));
+        assert!(matches!(
+            res_code_of_name("t", "2m"),
+            Err(Error::Corrupt(_))
+        ));
     }
 }

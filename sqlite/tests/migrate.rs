@@ -397,8 +397,8 @@ INSERT INTO trades VALUES ('tok-a', 1756684803000, 0, 14, 0.6, 1.0, 'sell', NULL
 #[tokio::test]
 async fn a_version_5_store_keeps_every_series_row_under_integer_ids() {
     use hindsight_contracts::{
-        Candle, CandlePoint, Mark, MetricsPoint, PricePoint, Range, Table, Tick, TickKey,
-        TickKind, TickRange, TickValue, TradeTotals,
+        Candle, CandlePoint, Mark, MetricsPoint, PricePoint, Range, Table, Tick, TickKey, TickKind,
+        TickRange, TickValue, TradeTotals,
     };
     use hindsight_schemas::{Resolution, TradeSide};
     let dir = tempfile::tempdir().unwrap();
@@ -509,7 +509,11 @@ async fn a_version_5_store_keeps_every_series_row_under_integer_ids() {
             );
         }
         let day = Timestamp(t.0 + 86_400_000);
-        for (kind, n) in [(TickKind::Price, 2), (TickKind::Book, 1), (TickKind::Trade, 2)] {
+        for (kind, n) in [
+            (TickKind::Price, 2),
+            (TickKind::Book, 1),
+            (TickKind::Trade, 2),
+        ] {
             assert_eq!(store.count_ticks(kind, "tok-a", t, day).await.unwrap(), n);
         }
         let all = TickRange {
@@ -555,7 +559,14 @@ async fn a_version_5_store_keeps_every_series_row_under_integer_ids() {
             // The trade id decided before the upgrade keeps its position.
             store
                 .apply(ProjectionWrite {
-                    ticks: vec![trade(1_756_684_804_000, 15, 0.7, 9.0, TradeSide::Buy, Some("x1"))],
+                    ticks: vec![trade(
+                        1_756_684_804_000,
+                        15,
+                        0.7,
+                        9.0,
+                        TradeSide::Buy,
+                        Some("x1"),
+                    )],
                     ..Default::default()
                 })
                 .await
@@ -564,7 +575,11 @@ async fn a_version_5_store_keeps_every_series_row_under_integer_ids() {
     }
     let conn = rusqlite::Connection::open(&db).unwrap();
     let version: String = conn
-        .query_row("SELECT value FROM meta WHERE key = 'schema_version'", [], |r| r.get(0))
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
         .unwrap();
     assert_eq!(version, "6");
     let left: i64 = conn
