@@ -186,17 +186,18 @@ fn sigkilled_projector_neither_loses_nor_double_counts() {
 
     // Every event counted exactly once, at every resolution.
     let store = dir.join("store.db");
-    for res in ["1m", "5m", "10m", "15m", "1h", "6h", "1d"] {
+    // `res` is stored as the resolution's width in minutes.
+    for res in [1, 5, 10, 15, 60, 360, 1440] {
         let p = scalar(
             &store,
-            &format!("SELECT SUM(count) FROM price_buckets WHERE res='{res}'"),
+            &format!("SELECT SUM(count) FROM price_buckets WHERE res = {res}"),
         );
         let m = scalar(
             &store,
-            &format!("SELECT SUM(count) FROM metric_buckets WHERE res='{res}'"),
+            &format!("SELECT SUM(count) FROM metric_buckets WHERE res = {res}"),
         );
-        assert_eq!(p, prices, "price ticks at {res}");
-        assert_eq!(m, metrics, "metrics samples at {res}");
+        assert_eq!(p, prices, "price ticks at res {res}");
+        assert_eq!(m, metrics, "metrics samples at res {res}");
     }
     let incremental = snapshot(&dir.join("store.db"));
 

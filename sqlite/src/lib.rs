@@ -30,6 +30,7 @@ mod exports;
 mod idempotency;
 mod limits;
 mod log;
+mod rowcodec;
 mod store;
 
 pub use idempotency::IdempotencyFile;

@@ -3,14 +3,16 @@
 
 use crate::db::{blocking, open, Durability, Pool};
 use crate::limits::RateLog;
+use crate::rowcodec;
 use crate::{CResult, Error, Result};
 use async_trait::async_trait;
 use hindsight_contracts::*;
 use hindsight_schemas::claims::{market_conflict, Lookups};
 use hindsight_schemas::wire::Reject;
-use hindsight_schemas::{codec, Event, MarketRecord, Timestamp, TradeSide};
+use hindsight_schemas::{codec, Event, MarketRecord, Resolution, Timestamp, TradeSide};
 use hindsight_telemetry as tm;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
+use rustc_hash::FxHashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -21,51 +23,61 @@ use std::time::Instant;
 /// Version 4 adds the tick-level tables `price_ticks`, `book_ticks`,
 /// `trades` and `trade_ids`, created empty on open: events projected
 /// before have no ticks until `hindsight rebuild` replays the log.
-/// Version 5 adds the candle columns of `price_buckets` (`open_ts` …
-/// `low`), NULL in rows an older version wrote: those buckets have no
-/// candle until `hindsight rebuild` (the API says so rather than serve a
-/// candle of part of a bucket).
-pub const SCHEMA_VERSION: i64 = 5;
+/// Version 5 adds the candle of `price_buckets`, absent in rows an older
+/// version wrote: those buckets have no candle until `hindsight rebuild`
+/// (the API says so rather than serve a candle of part of a bucket).
+/// Version 6 keys the series tables by integer `sid` (`series_ids`) and
+/// integer `res` ([`res_code`]), and packs a price bucket's sum and candle
+/// into one blob ([`crate::rowcodec`]); opening an older store converts it
+/// in place ([`migrate_series_tables`]), history intact, without a replay.
+pub const SCHEMA_VERSION: i64 = 6;
 
-/// The candle columns of `price_buckets`, in order, as `migrate` adds them
-/// to an older store (nullable: rows written before have none).
-const CANDLE_COLUMNS: [(&str, &str); 8] = [
-    ("open_ts", "INTEGER"),
-    ("open_offset", "INTEGER"),
-    ("open_p", "REAL"),
-    ("close_ts", "INTEGER"),
-    ("close_offset", "INTEGER"),
-    ("close_p", "REAL"),
-    ("high", "REAL"),
-    ("low", "REAL"),
-];
+/// The code of a resolution in the bucket tables' `res` column: its width
+/// in minutes. Stored in every bucket row, so stable forever: a new
+/// resolution takes its own width, an existing one never changes code.
+pub(crate) const fn res_code(r: Resolution) -> i64 {
+    match r {
+        Resolution::M1 => 1,
+        Resolution::M5 => 5,
+        Resolution::M10 => 10,
+        Resolution::M15 => 15,
+        Resolution::H1 => 60,
+        Resolution::H6 => 360,
+        Resolution::D1 => 1440,
+    }
+}
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 
--- Buckets. `res` is the resolution name ('1m', …), `bucket` its start in
--- Unix milliseconds, `last_offset` the log offset of the last event folded in.
--- Price rows carry their candle: the open and close ticks (time, log
--- offset, probability) and the high and low; NULL in rows written before
--- version 5 (see CANDLE_COLUMNS).
+-- Series ids: the integer `sid` each series table keys a token (or, in
+-- `metric_buckets`, a market) by, so keys compare as integers and rows
+-- do not repeat the id's text. An id allocation, not derived data:
+-- `reset` keeps it, and a sid never changes meaning in this file (the
+-- writer caches them). One namespace for tokens and markets.
+CREATE TABLE IF NOT EXISTS series_ids (sid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+
+-- Buckets. `res` is the resolution's code (its width in minutes, see
+-- `res_code`), `bucket` its start in Unix milliseconds, `last_offset` the
+-- log offset of the last event folded in. A price row's `v` packs its sum
+-- and candle (the open and close ticks, the high and the low; none in a
+-- row migrated from before version 5): see `rowcodec`.
 CREATE TABLE IF NOT EXISTS price_buckets (
-    token_id TEXT NOT NULL, res TEXT NOT NULL, bucket INTEGER NOT NULL,
-    sum REAL NOT NULL, count INTEGER NOT NULL, last_offset INTEGER NOT NULL,
-    open_ts INTEGER, open_offset INTEGER, open_p REAL,
-    close_ts INTEGER, close_offset INTEGER, close_p REAL, high REAL, low REAL,
-    PRIMARY KEY (token_id, res, bucket)
+    sid INTEGER NOT NULL, res INTEGER NOT NULL, bucket INTEGER NOT NULL,
+    count INTEGER NOT NULL, last_offset INTEGER NOT NULL, v BLOB NOT NULL,
+    PRIMARY KEY (sid, res, bucket)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS metric_buckets (
-    market_id TEXT NOT NULL, res TEXT NOT NULL, bucket INTEGER NOT NULL,
+    sid INTEGER NOT NULL, res INTEGER NOT NULL, bucket INTEGER NOT NULL,
     volume_sum REAL NOT NULL, liquidity_sum REAL NOT NULL, spread_sum REAL NOT NULL,
     count INTEGER NOT NULL, last_offset INTEGER NOT NULL,
-    PRIMARY KEY (market_id, res, bucket)
+    PRIMARY KEY (sid, res, bucket)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS book_buckets (
-    token_id TEXT NOT NULL, res TEXT NOT NULL, bucket INTEGER NOT NULL,
+    sid INTEGER NOT NULL, res INTEGER NOT NULL, bucket INTEGER NOT NULL,
     ts INTEGER NOT NULL, snapshot_offset INTEGER NOT NULL,
     bids TEXT NOT NULL, asks TEXT NOT NULL, last_offset INTEGER NOT NULL,
-    PRIMARY KEY (token_id, res, bucket)
+    PRIMARY KEY (sid, res, bucket)
 ) WITHOUT ROWID;
 
 -- Tick level: every price tick, book snapshot and trade as ingested, per
@@ -73,25 +85,25 @@ CREATE TABLE IF NOT EXISTS book_buckets (
 -- replayed event rewrites its own row. `trade_ids` keeps, per token and
 -- trade id, the position of the one trade stored under it.
 CREATE TABLE IF NOT EXISTS price_ticks (
-    token_id TEXT NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
+    sid INTEGER NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
     log_offset INTEGER NOT NULL, p REAL NOT NULL,
-    PRIMARY KEY (token_id, ts, log_partition, log_offset)
+    PRIMARY KEY (sid, ts, log_partition, log_offset)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS book_ticks (
-    token_id TEXT NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
+    sid INTEGER NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
     log_offset INTEGER NOT NULL, bids TEXT NOT NULL, asks TEXT NOT NULL,
-    PRIMARY KEY (token_id, ts, log_partition, log_offset)
+    PRIMARY KEY (sid, ts, log_partition, log_offset)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS trades (
-    token_id TEXT NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
+    sid INTEGER NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
     log_offset INTEGER NOT NULL, price REAL NOT NULL, size REAL NOT NULL,
     side TEXT NOT NULL, trade_id TEXT,
-    PRIMARY KEY (token_id, ts, log_partition, log_offset)
+    PRIMARY KEY (sid, ts, log_partition, log_offset)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS trade_ids (
-    token_id TEXT NOT NULL, trade_id TEXT NOT NULL,
+    sid INTEGER NOT NULL, trade_id TEXT NOT NULL,
     log_partition INTEGER NOT NULL, log_offset INTEGER NOT NULL,
-    PRIMARY KEY (token_id, trade_id)
+    PRIMARY KEY (sid, trade_id)
 ) WITHOUT ROWID;
 
 -- Per log partition, the offset after the last event the projector applied.
@@ -159,31 +171,14 @@ const DERIVED_TABLES: &[&str] = &[
     "tokens",
 ];
 
-/// Brings a `store.db` of an older layout to [`SCHEMA_VERSION`]. Version 1
-/// ordered catalog changes by log offset; version 2 adds `change_seq`.
-/// Existing records keep sequence 0: a full read lists them, and every
-/// cursor handed out before was held in memory by a process now restarted.
-/// Version 5 adds the candle columns, NULL in existing rows.
-fn migrate(conn: &Connection) -> Result<()> {
-    for (column, kind) in CANDLE_COLUMNS {
-        let present: bool = conn
-            .prepare(&format!(
-                "SELECT 1 FROM pragma_table_info('price_buckets') WHERE name = '{column}'"
-            ))?
-            .exists([])?;
-        if !present {
-            conn.execute_batch(&format!(
-                "ALTER TABLE price_buckets ADD COLUMN {column} {kind};"
-            ))?;
-        }
-    }
+/// Brings the catalog tables of an older `store.db` to [`SCHEMA_VERSION`].
+/// Version 1 ordered catalog changes by log offset; version 2 adds
+/// `change_seq`. Existing records keep sequence 0: a full read lists them,
+/// and every cursor handed out before was held in memory by a process now
+/// restarted.
+fn migrate_catalog(conn: &Connection) -> Result<()> {
     for table in ["series", "events", "markets"] {
-        let has_seq: bool = conn
-            .prepare(&format!(
-                "SELECT 1 FROM pragma_table_info('{table}') WHERE name = 'change_seq'"
-            ))?
-            .exists([])?;
-        if !has_seq {
+        if !has_column(conn, table, "change_seq")? {
             conn.execute_batch(&format!(
                 "ALTER TABLE {table} ADD COLUMN change_seq INTEGER NOT NULL DEFAULT 0;
                  DROP INDEX IF EXISTS {table}_version;"
@@ -196,12 +191,174 @@ fn migrate(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
+fn has_column(conn: &Connection, table: &str, column: &str) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM pragma_table_info(?1) WHERE name = ?2")?
+        .exists(params![table, column])?)
+}
+
+/// The series tables, each with the text id column that keyed it before
+/// version 6 (now `sid`). Every other column kept its name and place.
+const SERIES_TABLES: [(&str, &str); 7] = [
+    ("price_buckets", "token_id"),
+    ("metric_buckets", "market_id"),
+    ("book_buckets", "token_id"),
+    ("price_ticks", "token_id"),
+    ("book_ticks", "token_id"),
+    ("trades", "token_id"),
+    ("trade_ids", "token_id"),
+];
+
+/// Moves the series tables of a store older than version 6 aside (as
+/// `v5_<table>`), for [`migrate_series_tables`] to copy once [`SCHEMA`]
+/// created the new ones. Returns those moved: a store older than version 4
+/// has no tick tables. Nothing on a store of version 6 or a new one.
+fn move_old_series_tables(conn: &Connection) -> Result<Vec<(&'static str, &'static str)>> {
+    if !has_column(conn, "price_buckets", "token_id")? {
+        return Ok(Vec::new());
+    }
+    let mut moved = Vec::new();
+    for (table, id) in SERIES_TABLES {
+        if has_column(conn, table, id)? {
+            conn.execute_batch(&format!("ALTER TABLE {table} RENAME TO v5_{table}"))?;
+            moved.push((table, id));
+        }
+    }
+    Ok(moved)
+}
+
+/// Copies the series tables [`move_old_series_tables`] moved aside into
+/// the version 6 layout and drops them: each id gets its `sid`, each
+/// resolution name its code, each price bucket its `v` (no candle in rows
+/// from before version 5: they keep answering without one). In the open's
+/// transaction, so a crash leaves the old layout whole and the next open
+/// starts over; no replay, since a Kafka log may have lost the events.
+fn migrate_series_tables(conn: &Connection, moved: &[(&str, &str)]) -> Result<()> {
+    if moved.is_empty() {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let mut rows = 0;
+    for (table, id) in moved {
+        conn.execute(
+            &format!(
+                "INSERT OR IGNORE INTO series_ids (name) SELECT DISTINCT {id} FROM v5_{table}"
+            ),
+            [],
+        )?;
+    }
+    for (table, id) in moved {
+        rows += if *table == "price_buckets" {
+            migrate_price_buckets(conn)?
+        } else {
+            migrate_series_table(conn, table, id)?
+        };
+        conn.execute_batch(&format!("DROP TABLE v5_{table}"))?;
+    }
+    tracing::info!(
+        rows,
+        tables = moved.len(),
+        seconds = started.elapsed().as_secs_f64(),
+        "store.db: series tables migrated to schema version {SCHEMA_VERSION}"
+    );
+    Ok(())
+}
+
+/// The resolution code of a stored resolution name; `Corrupt` for a name
+/// no resolution has.
+fn res_code_of_name(table: &str, name: &str) -> Result<i64> {
+    Resolution::parse(name)
+        .map(res_code)
+        .ok_or_else(|| Error::Corrupt(format!("{table}: unknown resolution {name:?}")))
+}
+
+/// Copies one old series table other than `price_buckets` in SQL: its
+/// columns but the id are the new table's (`res` translated to its code).
+fn migrate_series_table(conn: &Connection, table: &str, id: &str) -> Result<usize> {
+    let columns: Vec<String> = conn
+        .prepare(&format!(
+            "SELECT name FROM pragma_table_info('{table}') WHERE name <> 'sid' ORDER BY cid"
+        ))?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    if columns.iter().any(|c| c == "res") {
+        let names: Vec<String> = conn
+            .prepare(&format!("SELECT DISTINCT res FROM v5_{table}"))?
+            .query_map([], |r| r.get(0))?
+            .collect::<Result<_, _>>()?;
+        for name in names {
+            res_code_of_name(table, &name)?;
+        }
+    }
+    let res_case: String = Resolution::ALL
+        .iter()
+        .map(|r| format!(" WHEN '{}' THEN {}", r.as_str(), res_code(*r)))
+        .collect();
+    let select: Vec<String> = columns
+        .iter()
+        .map(|c| match c.as_str() {
+            "res" => format!("CASE o.res{res_case} END"),
+            c => format!("o.{c}"),
+        })
+        .collect();
+    Ok(conn.execute(
+        &format!(
+            "INSERT INTO {table} (sid, {}) SELECT s.sid, {} FROM v5_{table} o
+             JOIN series_ids s ON s.name = o.{id}",
+            columns.join(", "),
+            select.join(", ")
+        ),
+        [],
+    )?)
+}
+
+/// Copies the old `price_buckets`, row by row: the sum and candle columns
+/// become `v`. Before version 5 the table had no candle columns.
+fn migrate_price_buckets(conn: &Connection) -> Result<usize> {
+    let candle = if has_column(conn, "v5_price_buckets", "open_ts")? {
+        "open_ts, open_offset, open_p, close_ts, close_offset, close_p, high, low"
+    } else {
+        "NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL"
+    };
+    let mut read = conn.prepare(&format!(
+        "SELECT s.sid, o.res, o.bucket, o.count, o.last_offset, o.sum, {candle}
+         FROM v5_price_buckets o JOIN series_ids s ON s.name = o.token_id"
+    ))?;
+    let mut write = conn.prepare("INSERT INTO price_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?;
+    let mut rows = read.query([])?;
+    let mut n = 0;
+    while let Some(r) = rows.next()? {
+        let res: String = r.get(1)?;
+        let bucket: i64 = r.get(2)?;
+        let last: i64 = r.get(4)?;
+        let v = rowcodec::encode(r.get(5)?, candle_at(r, 6)?.as_ref(), bucket, last as u64);
+        write.execute(params![
+            r.get::<_, i64>(0)?,
+            res_code_of_name("price_buckets", &res)?,
+            bucket,
+            r.get::<_, i64>(3)?,
+            last,
+            v
+        ])?;
+        n += 1;
+    }
+    Ok(n)
+}
+
 /// Page cache of the store's writer connection, in KiB (the other
 /// connections keep [`crate::db::WRITER_CACHE_KB`]).
 const STORE_WRITER_CACHE_KB: i64 = 128_000;
 
+/// The store's one writer connection and its cache of committed sids
+/// (`series_ids`): a sid never changes meaning, so once committed it is
+/// looked up here rather than in the file.
+struct Writer {
+    conn: Connection,
+    sids: FxHashMap<Arc<str>, i64>,
+}
+
 pub struct SqliteStore {
-    writer: Arc<Mutex<Connection>>,
+    writer: Arc<Mutex<Writer>>,
     readers: Arc<Pool>,
     limits: RateLog,
     pub(crate) accounts: crate::accounts::Accounts,
@@ -216,24 +373,33 @@ impl SqliteStore {
     fn open_inner(dir: &Path) -> Result<Self> {
         std::fs::create_dir_all(dir).map_err(|e| Error::Io(format!("{}: {e}", dir.display())))?;
         let path = dir.join(crate::db::STORE_FILE);
-        let conn = open(&path, Durability::Normal)?;
+        let mut conn = open(&path, Durability::Normal)?;
         // The projector writes through this one connection. Its step's rows
         // land all over the bucket tables (each token's range, at every
         // resolution), so a cache that holds the tables' interior pages and
         // the hot leaves saves a read per row; SQLite allocates it only as
         // pages are read, so a small store costs no more.
         conn.pragma_update(None, "cache_size", -STORE_WRITER_CACHE_KB)?;
-        conn.execute_batch(SCHEMA)?;
-        migrate(&conn)?;
-        conn.execute(
+        // One transaction: a crash mid-migration leaves the old layout, and
+        // of several processes opening one file the first migrates it.
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let moved = move_old_series_tables(&tx)?;
+        tx.execute_batch(SCHEMA)?;
+        migrate_catalog(&tx)?;
+        migrate_series_tables(&tx, &moved)?;
+        tx.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
             params![SCHEMA_VERSION.to_string()],
         )?;
+        tx.commit()?;
         let limits = RateLog::open(dir)?;
         let accounts = crate::accounts::Accounts::open(dir)?;
         let exports = crate::exports::ExportJobs::open(dir)?;
         Ok(SqliteStore {
-            writer: Arc::new(Mutex::new(conn)),
+            writer: Arc::new(Mutex::new(Writer {
+                conn,
+                sids: FxHashMap::default(),
+            })),
             readers: Arc::new(Pool::new(path, Durability::Normal)),
             limits,
             accounts,
@@ -276,7 +442,7 @@ impl SqliteStore {
     async fn write<R: Send + 'static>(
         &self,
         op: &'static str,
-        f: impl FnOnce(&mut Connection) -> Result<R> + Send + 'static,
+        f: impl FnOnce(&mut Writer) -> Result<R> + Send + 'static,
     ) -> CResult<R> {
         let conn = self.writer.clone();
         let started = Instant::now();
@@ -290,28 +456,34 @@ impl SqliteStore {
     }
 }
 
-fn load_one(conn: &Connection, key: &RowKey) -> Result<Option<Row>> {
-    let k = params![&*key.id, key.res.as_str(), key.bucket.millis()];
+/// The stored row of `key`, whose id has `sid`.
+fn load_one(conn: &Connection, sid: i64, key: &RowKey) -> Result<Option<Row>> {
+    let k = params![sid, res_code(key.res), key.bucket.millis()];
     let row = match key.table {
-        Table::Prices => conn
-            .prepare_cached(
-                "SELECT sum, count, last_offset, open_ts, open_offset, open_p, close_ts, close_offset, close_p, high, low
-                 FROM price_buckets WHERE token_id=?1 AND res=?2 AND bucket=?3",
-            )?
-            .query_row(k, |r| {
-                Ok((
-                    RowValue::Price {
-                        sum: r.get(0)?,
-                        count: r.get::<_, i64>(1)? as u64,
-                        candle: candle_at(r, 3)?,
-                    },
-                    r.get::<_, i64>(2)?,
-                ))
-            })
-            .optional()?,
+        Table::Prices => {
+            let found = conn
+                .prepare_cached(
+                    "SELECT count, last_offset, v FROM price_buckets WHERE sid=?1 AND res=?2 AND bucket=?3",
+                )?
+                .query_row(k, |r| {
+                    Ok((
+                        r.get::<_, i64>(0)? as u64,
+                        r.get::<_, i64>(1)?,
+                        r.get::<_, Vec<u8>>(2)?,
+                    ))
+                })
+                .optional()?;
+            match found {
+                None => None,
+                Some((count, last, v)) => {
+                    let (sum, candle) = rowcodec::decode(&v, key.bucket.millis(), last as u64)?;
+                    Some((RowValue::Price { sum, count, candle }, last))
+                }
+            }
+        }
         Table::Metrics => conn
             .prepare_cached(
-                "SELECT volume_sum, liquidity_sum, spread_sum, count, last_offset FROM metric_buckets WHERE market_id=?1 AND res=?2 AND bucket=?3",
+                "SELECT volume_sum, liquidity_sum, spread_sum, count, last_offset FROM metric_buckets WHERE sid=?1 AND res=?2 AND bucket=?3",
             )?
             .query_row(k, |r| {
                 Ok((
@@ -327,7 +499,7 @@ fn load_one(conn: &Connection, key: &RowKey) -> Result<Option<Row>> {
             .optional()?,
         Table::Books => conn
             .prepare_cached(
-                "SELECT ts, snapshot_offset, bids, asks, last_offset FROM book_buckets WHERE token_id=?1 AND res=?2 AND bucket=?3",
+                "SELECT ts, snapshot_offset, bids, asks, last_offset FROM book_buckets WHERE sid=?1 AND res=?2 AND bucket=?3",
             )?
             .query_row(k, |r| {
                 Ok((
@@ -349,8 +521,9 @@ fn load_one(conn: &Connection, key: &RowKey) -> Result<Option<Row>> {
     }))
 }
 
-/// The candle in the eight columns from `first` on (`open_ts` … `low`);
-/// `None` when the row has none (written before version 4).
+/// The candle in the eight columns from `first` on (`open_ts` … `low`) of
+/// a `price_buckets` row older than version 6; `None` when the row has
+/// none (written before version 5).
 fn candle_at(r: &rusqlite::Row, first: usize) -> rusqlite::Result<Option<Candle>> {
     let Some(open_ts) = r.get::<_, Option<i64>>(first)? else {
         return Ok(None);
@@ -370,50 +543,81 @@ fn candle_at(r: &rusqlite::Row, first: usize) -> rusqlite::Result<Option<Candle>
     }))
 }
 
-/// The order of the bucket tables' primary key (`id`, `res` as text,
-/// `bucket`), table by table. Rows written (and keys looked up) in this
-/// order walk each B-tree from left to right: a step's thousands of rows,
-/// scattered over every token's range, touch each page once while it is
-/// in the page cache instead of in creation order, which revisits pages
-/// long evicted. The sort is stable and the keys are distinct rows, so
-/// the order changes no outcome.
-fn key_order(a: &RowKey, b: &RowKey) -> std::cmp::Ordering {
-    (a.table, &*a.id, a.res.as_str(), a.bucket.millis()).cmp(&(
-        b.table,
-        &*b.id,
-        b.res.as_str(),
-        b.bucket.millis(),
-    ))
+/// The sids of one write: the writer's cache of committed ones, and those
+/// this transaction looked up or inserted — cached only once it commits,
+/// so a rolled-back insert leaves no sid behind.
+struct SidLookup<'a> {
+    committed: &'a FxHashMap<Arc<str>, i64>,
+    fresh: FxHashMap<Arc<str>, i64>,
 }
 
-fn write_row(tx: &Transaction, row: &Row) -> Result<()> {
+impl<'a> SidLookup<'a> {
+    fn new(committed: &'a FxHashMap<Arc<str>, i64>) -> Self {
+        SidLookup {
+            committed,
+            fresh: FxHashMap::default(),
+        }
+    }
+
+    /// The sid of `name`, allocated if it has none. `INSERT OR IGNORE`
+    /// then `SELECT`: another process sharing the file may have
+    /// allocated it since this one cached.
+    fn sid(&mut self, tx: &Transaction, name: &str) -> Result<i64> {
+        if let Some(sid) = self.committed.get(name).or_else(|| self.fresh.get(name)) {
+            return Ok(*sid);
+        }
+        tx.prepare_cached("INSERT OR IGNORE INTO series_ids (name) VALUES (?1)")?
+            .execute(params![name])?;
+        let sid = tx
+            .prepare_cached("SELECT sid FROM series_ids WHERE name = ?1")?
+            .query_row(params![name], |r| r.get(0))?;
+        self.fresh.insert(name.into(), sid);
+        Ok(sid)
+    }
+}
+
+/// The sid of `name` if it has one, read in `conn`'s committed state and
+/// so cached at once.
+fn committed_sid(
+    conn: &Connection,
+    cache: &mut FxHashMap<Arc<str>, i64>,
+    name: &Arc<str>,
+) -> Result<Option<i64>> {
+    if let Some(sid) = cache.get(name) {
+        return Ok(Some(*sid));
+    }
+    let sid: Option<i64> = conn
+        .prepare_cached("SELECT sid FROM series_ids WHERE name = ?1")?
+        .query_row(params![&**name], |r| r.get(0))
+        .optional()?;
+    if let Some(sid) = sid {
+        cache.insert(name.clone(), sid);
+    }
+    Ok(sid)
+}
+
+/// The order of the bucket tables' primary key (`sid`, `res`, `bucket`),
+/// table by table. Rows written (and keys looked up) in this order walk
+/// each B-tree from left to right: a step's thousands of rows, scattered
+/// over every token's range, touch each page once while it is in the page
+/// cache instead of in creation order, which revisits pages long evicted.
+/// The sort is stable and the keys are distinct rows, so the order changes
+/// no outcome.
+fn key_order(sid: i64, key: &RowKey) -> (Table, i64, i64, i64) {
+    (key.table, sid, res_code(key.res), key.bucket.millis())
+}
+
+fn write_row(tx: &Transaction, sid: i64, row: &Row) -> Result<()> {
     let k = &row.key;
+    let (res, bucket) = (res_code(k.res), k.bucket.millis());
     let last = row.last_offset as i64;
     match &row.value {
         RowValue::Price { sum, count, candle } => {
-            let open = candle.map(|c| c.open);
-            let close = candle.map(|c| c.close);
+            let v = rowcodec::encode(*sum, candle.as_ref(), bucket, row.last_offset);
             tx.prepare_cached(
-                "INSERT OR REPLACE INTO price_buckets (token_id, res, bucket, sum, count, last_offset,
-                   open_ts, open_offset, open_p, close_ts, close_offset, close_p, high, low)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)",
+                "INSERT OR REPLACE INTO price_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             )?
-            .execute(params![
-                &*k.id,
-                k.res.as_str(),
-                k.bucket.millis(),
-                sum,
-                *count as i64,
-                last,
-                open.map(|m| m.ts.millis()),
-                open.map(|m| m.offset as i64),
-                open.map(|m| m.p),
-                close.map(|m| m.ts.millis()),
-                close.map(|m| m.offset as i64),
-                close.map(|m| m.p),
-                candle.map(|c| c.high),
-                candle.map(|c| c.low),
-            ])?;
+            .execute(params![sid, res, bucket, *count as i64, last, v])?;
         }
         RowValue::Metrics {
             volume_sum,
@@ -425,9 +629,9 @@ fn write_row(tx: &Transaction, row: &Row) -> Result<()> {
                 "INSERT OR REPLACE INTO metric_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
-                &*k.id,
-                k.res.as_str(),
-                k.bucket.millis(),
+                sid,
+                res,
+                bucket,
                 volume_sum,
                 liquidity_sum,
                 spread_sum,
@@ -445,9 +649,9 @@ fn write_row(tx: &Transaction, row: &Row) -> Result<()> {
                 "INSERT OR REPLACE INTO book_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
-                &*k.id,
-                k.res.as_str(),
-                k.bucket.millis(),
+                sid,
+                res,
+                bucket,
                 ts.millis(),
                 *offset as i64,
                 bids,
@@ -462,7 +666,7 @@ fn write_row(tx: &Transaction, row: &Row) -> Result<()> {
 /// Writes one tick under its key. A trade with an id is written only at
 /// the position `trade_ids` holds for it: the first one given, recorded
 /// here in the same transaction.
-fn write_tick(tx: &Transaction, t: &Tick) -> Result<()> {
+fn write_tick(tx: &Transaction, sid: i64, t: &Tick) -> Result<()> {
     let (ts, part, off) = (
         t.key.ts.millis(),
         t.key.partition as i64,
@@ -471,11 +675,11 @@ fn write_tick(tx: &Transaction, t: &Tick) -> Result<()> {
     match &t.value {
         TickValue::Price { p } => {
             tx.prepare_cached("INSERT OR REPLACE INTO price_ticks VALUES (?1, ?2, ?3, ?4, ?5)")?
-                .execute(params![t.token_id, ts, part, off, p])?;
+                .execute(params![sid, ts, part, off, p])?;
         }
         TickValue::Book { bids, asks } => {
             tx.prepare_cached("INSERT OR REPLACE INTO book_ticks VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
-                .execute(params![t.token_id, ts, part, off, bids, asks])?;
+                .execute(params![sid, ts, part, off, bids, asks])?;
         }
         TickValue::Trade {
             price,
@@ -485,12 +689,12 @@ fn write_tick(tx: &Transaction, t: &Tick) -> Result<()> {
         } => {
             if let Some(id) = trade_id {
                 tx.prepare_cached("INSERT OR IGNORE INTO trade_ids VALUES (?1, ?2, ?3, ?4)")?
-                    .execute(params![t.token_id, id, part, off])?;
+                    .execute(params![sid, id, part, off])?;
                 let first: (i64, i64) = tx
                     .prepare_cached(
-                        "SELECT log_partition, log_offset FROM trade_ids WHERE token_id = ?1 AND trade_id = ?2",
+                        "SELECT log_partition, log_offset FROM trade_ids WHERE sid = ?1 AND trade_id = ?2",
                     )?
-                    .query_row(params![t.token_id, id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                    .query_row(params![sid, id], |r| Ok((r.get(0)?, r.get(1)?)))?;
                 if first != (part, off) {
                     return Ok(());
                 }
@@ -499,7 +703,7 @@ fn write_tick(tx: &Transaction, t: &Tick) -> Result<()> {
                 "INSERT OR REPLACE INTO trades VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
             )?
             .execute(params![
-                t.token_id,
+                sid,
                 ts,
                 part,
                 off,
@@ -777,13 +981,20 @@ impl ProjectionStore for SqliteStore {
     async fn load(&self, keys: Vec<RowKey>) -> CResult<Vec<Row>> {
         // On the writer connection: the projector is the only writer, and it
         // must see its own latest commit.
-        self.write("load_rows", move |conn| {
-            let mut keys = keys;
-            keys.sort_unstable_by(key_order);
+        self.write("load_rows", move |w| {
+            let Writer { conn, sids } = w;
             let tx = conn.transaction()?;
-            let mut out = Vec::with_capacity(keys.len());
+            let mut found = Vec::with_capacity(keys.len());
             for key in &keys {
-                if let Some(row) = load_one(&tx, key)? {
+                // A key whose id has no sid has no row.
+                if let Some(sid) = committed_sid(&tx, sids, &key.id)? {
+                    found.push((sid, key));
+                }
+            }
+            found.sort_by_key(|(sid, key)| key_order(*sid, key));
+            let mut out = Vec::with_capacity(found.len());
+            for (sid, key) in found {
+                if let Some(row) = load_one(&tx, sid, key)? {
                     out.push(row);
                 }
             }
@@ -815,34 +1026,43 @@ impl ProjectionStore for SqliteStore {
     }
 
     async fn apply(&self, write: ProjectionWrite) -> CResult<Applied> {
-        self.write("apply", move |conn| {
+        self.write("apply", move |w| {
+            let Writer { conn, sids } = w;
             // IMMEDIATE: take the write lock first (waiting for it), rather
             // than upgrading a read snapshot another writer may have moved
             // past — which SQLite refuses at once. Several Kafka-mode
             // projectors can share one embedded store.
-            let mut write = write;
-            write.rows.sort_by(|a, b| key_order(&a.key, &b.key));
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+            let mut lookup = SidLookup::new(sids);
+            let mut rows = Vec::with_capacity(write.rows.len());
             for row in &write.rows {
-                write_row(&tx, row)?;
+                rows.push((lookup.sid(&tx, &row.key.id)?, row));
+            }
+            rows.sort_by_key(|(sid, row)| key_order(*sid, &row.key));
+            for (sid, row) in rows {
+                write_row(&tx, sid, row)?;
             }
             for tick in &write.ticks {
-                write_tick(&tx, tick)?;
+                write_tick(&tx, lookup.sid(&tx, &tick.token_id)?, tick)?;
             }
             let applied = write_catalog_records(&tx, &write.catalog)?;
             for pos in &write.consumed {
                 tx.prepare_cached("INSERT OR REPLACE INTO consumed VALUES (?1, ?2)")?
                     .execute(params![pos.partition as i64, pos.offset as i64 + 1])?;
             }
+            let fresh = lookup.fresh;
             tx.commit()?;
+            sids.extend(fresh);
             Ok(applied)
         })
         .await
     }
 
     async fn reset(&self) -> CResult<()> {
-        self.write("reset", |conn| {
-            let tx = conn.transaction()?;
+        self.write("reset", |w| {
+            // `series_ids` stays: sids are allocations, and the cache
+            // holds them.
+            let tx = w.conn.transaction()?;
             for table in DERIVED_TABLES {
                 tx.execute(&format!("DELETE FROM {table}"), [])?;
             }
@@ -853,10 +1073,10 @@ impl ProjectionStore for SqliteStore {
     }
 }
 
-fn range_params(id: &str, r: &Range) -> (String, &'static str, i64, i64, i64) {
+fn range_params(id: &str, r: &Range) -> (String, i64, i64, i64, i64) {
     (
         id.to_string(),
-        r.res.as_str(),
+        res_code(r.res),
         r.start.millis(),
         r.end.millis(),
         r.limit as i64,
@@ -869,15 +1089,17 @@ impl ReadStore for SqliteStore {
         let p = range_params(token_id, &range);
         self.read("read_prices", move |conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT bucket, sum, count FROM price_buckets
-                 WHERE token_id=?1 AND res=?2 AND bucket>=?3 AND bucket<?4 ORDER BY bucket LIMIT ?5",
+                "SELECT bucket, count, v FROM price_buckets
+                 WHERE sid=(SELECT sid FROM series_ids WHERE name=?1) AND res=?2 AND bucket>=?3 AND bucket<?4 ORDER BY bucket LIMIT ?5",
             )?;
-            let rows = stmt.query_map(params![p.0, p.1, p.2, p.3, p.4], |r| {
-                let sum: f64 = r.get(1)?;
-                let count: i64 = r.get(2)?;
-                Ok(PricePoint { t: Timestamp(r.get(0)?), p: sum / count as f64 })
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+            let mut rows = stmt.query(params![p.0, p.1, p.2, p.3, p.4])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                let count: i64 = r.get(1)?;
+                let sum = rowcodec::sum(blob(r, 2)?)?;
+                out.push(PricePoint { t: Timestamp(r.get(0)?), p: sum / count as f64 });
+            }
+            Ok(out)
         })
         .await
     }
@@ -886,19 +1108,23 @@ impl ReadStore for SqliteStore {
         let p = range_params(token_id, &range);
         self.read("read_candles", move |conn| {
             let mut stmt = conn.prepare_cached(
-                "SELECT bucket, count, open_ts, open_offset, open_p, close_ts, close_offset, close_p, high, low
-                 FROM price_buckets
-                 WHERE token_id=?1 AND res=?2 AND bucket>=?3 AND bucket<?4 ORDER BY bucket LIMIT ?5",
+                "SELECT bucket, count, last_offset, v FROM price_buckets
+                 WHERE sid=(SELECT sid FROM series_ids WHERE name=?1) AND res=?2 AND bucket>=?3 AND bucket<?4 ORDER BY bucket LIMIT ?5",
             )?;
-            let rows = stmt.query_map(params![p.0, p.1, p.2, p.3, p.4], |r| {
-                Ok(CandlePoint {
-                    t: Timestamp(r.get(0)?),
+            let mut rows = stmt.query(params![p.0, p.1, p.2, p.3, p.4])?;
+            let mut out = Vec::new();
+            while let Some(r) = rows.next()? {
+                let t: i64 = r.get(0)?;
+                let last: i64 = r.get(2)?;
+                let (_, candle) = rowcodec::decode(blob(r, 3)?, t, last as u64)?;
+                out.push(CandlePoint {
+                    t: Timestamp(t),
                     count: r.get::<_, i64>(1)? as u64,
-                    candle: candle_at(r, 2)?,
+                    candle,
                     trades: None,
-                })
-            })?;
-            Ok(rows.collect::<Result<Vec<_>, _>>()?)
+                });
+            }
+            Ok(out)
         })
         .await
     }
@@ -908,7 +1134,7 @@ impl ReadStore for SqliteStore {
         self.read("read_metrics", move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT bucket, volume_sum, liquidity_sum, spread_sum, count FROM metric_buckets
-                 WHERE market_id=?1 AND res=?2 AND bucket>=?3 AND bucket<?4 ORDER BY bucket LIMIT ?5",
+                 WHERE sid=(SELECT sid FROM series_ids WHERE name=?1) AND res=?2 AND bucket>=?3 AND bucket<?4 ORDER BY bucket LIMIT ?5",
             )?;
             let rows = stmt.query_map(params![p.0, p.1, p.2, p.3, p.4], |r| {
                 let n = r.get::<_, i64>(4)? as f64;
@@ -929,7 +1155,7 @@ impl ReadStore for SqliteStore {
         self.read("read_books", move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT bucket, bids, asks FROM book_buckets
-                 WHERE token_id=?1 AND res=?2 AND bucket>=?3 AND bucket<?4 ORDER BY bucket LIMIT ?5",
+                 WHERE sid=(SELECT sid FROM series_ids WHERE name=?1) AND res=?2 AND bucket>=?3 AND bucket<?4 ORDER BY bucket LIMIT ?5",
             )?;
             let rows = stmt.query_map(params![p.0, p.1, p.2, p.3, p.4], |r| {
                 Ok(BookPoint { t: Timestamp(r.get(0)?), bids: r.get(1)?, asks: r.get(2)? })
@@ -941,13 +1167,13 @@ impl ReadStore for SqliteStore {
 
     async fn count(&self, table: Table, id: &str, range: Range) -> CResult<u64> {
         let p = range_params(id, &range);
-        let (name, id_col) = match table {
-            Table::Prices => ("price_buckets", "token_id"),
-            Table::Metrics => ("metric_buckets", "market_id"),
-            Table::Books => ("book_buckets", "token_id"),
+        let name = match table {
+            Table::Prices => "price_buckets",
+            Table::Metrics => "metric_buckets",
+            Table::Books => "book_buckets",
         };
         let sql = format!(
-            "SELECT count(*) FROM {name} WHERE {id_col}=?1 AND res=?2 AND bucket>=?3 AND bucket<?4"
+            "SELECT count(*) FROM {name} WHERE sid=(SELECT sid FROM series_ids WHERE name=?1) AND res=?2 AND bucket>=?3 AND bucket<?4"
         );
         self.read("count_rows", move |conn| {
             let n: i64 = conn
@@ -968,7 +1194,7 @@ impl ReadStore for SqliteStore {
         let id = token_id.to_string();
         // The primary key's index range: counted without reading the rows.
         let sql = format!(
-            "SELECT count(*) FROM {} WHERE token_id = ?1 AND ts >= ?2 AND ts < ?3",
+            "SELECT count(*) FROM {} WHERE sid = (SELECT sid FROM series_ids WHERE name = ?1) AND ts >= ?2 AND ts < ?3",
             kind.as_str()
         );
         self.read("count_ticks", move |conn| {
@@ -986,7 +1212,8 @@ impl ReadStore for SqliteStore {
             // Row values: the primary key's index is scanned from `from`.
             let mut stmt = conn.prepare_cached(&format!(
                 "SELECT ts, log_partition, log_offset, {} FROM {}
-                 WHERE token_id = ?1 AND (ts, log_partition, log_offset) >= (?2, ?3, ?4) AND ts < ?5
+                 WHERE sid = (SELECT sid FROM series_ids WHERE name = ?1)
+                   AND (ts, log_partition, log_offset) >= (?2, ?3, ?4) AND ts < ?5
                  ORDER BY ts, log_partition, log_offset LIMIT ?6",
                 tick_columns(kind),
                 kind.as_str()
@@ -1019,7 +1246,7 @@ impl ReadStore for SqliteStore {
         self.read("read_book_at", move |conn| {
             let mut stmt = conn.prepare_cached(
                 "SELECT ts, log_partition, log_offset, bids, asks FROM book_ticks
-                 WHERE token_id = ?1 AND ts >= ?2 AND ts <= ?3
+                 WHERE sid = (SELECT sid FROM series_ids WHERE name = ?1) AND ts >= ?2 AND ts <= ?3
                  ORDER BY ts DESC, log_partition DESC, log_offset DESC LIMIT 1",
             )?;
             let mut rows = stmt.query(params![id, since.millis(), at.millis()])?;
@@ -1100,6 +1327,13 @@ impl ReadStore for SqliteStore {
     }
 }
 
+/// Column `i` as a blob; any other type is corrupt.
+fn blob<'r>(r: &'r rusqlite::Row, i: usize) -> Result<&'r [u8]> {
+    r.get_ref(i)?
+        .as_blob()
+        .map_err(|e| Error::Corrupt(format!("column {i}: {e}")))
+}
+
 fn decode_catalog(seq: i64, body: &[u8]) -> Result<Event> {
     codec::decode(body).map_err(|e| Error::Corrupt(format!("catalog body of change {seq}: {e}")))
 }
@@ -1124,8 +1358,8 @@ fn key_from_row(r: &rusqlite::Row) -> Result<ApiKeyRecord> {
 #[async_trait]
 impl AuthStore for SqliteStore {
     async fn put_key(&self, key: ApiKeyRecord) -> CResult<()> {
-        self.write("put_key", move |conn| {
-            conn.execute(
+        self.write("put_key", move |w| {
+            w.conn.execute(
                 "INSERT OR REPLACE INTO api_keys VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 params![
                     key.key_id,
@@ -1169,5 +1403,28 @@ impl AuthStore for SqliteStore {
             Ok(out)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_resolution_has_a_distinct_code_its_width_in_minutes() {
+        let codes: Vec<i64> = Resolution::ALL.iter().map(|r| res_code(*r)).collect();
+        for (r, code) in Resolution::ALL.iter().zip(&codes) {
+            assert_eq!(code * 60_000, r.width_ms(), "{}", r.as_str());
+            let back: Vec<_> = Resolution::ALL
+                .iter()
+                .filter(|o| res_code(**o) == *code)
+                .collect();
+            assert_eq!(back, [r], "code {code} names one resolution");
+            assert_eq!(res_code_of_name("t", r.as_str()).unwrap(), *code);
+        }
+        assert!(matches!(
+            res_code_of_name("t", "2m"),
+            Err(Error::Corrupt(_))
+        ));
     }
 }

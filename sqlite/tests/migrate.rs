@@ -5,7 +5,10 @@
 //! - a `log.db` and an `idempotency.db` from before body digests keep
 //!   answering the keys they hold, and new keys conflict on another body;
 //! - a `store.db` of version 3 (no candle columns) keeps its prices, and
-//!   its old buckets read as having no candle until `rebuild`.
+//!   its old buckets read as having no candle until `rebuild`;
+//! - a `store.db` of version 5 (series tables keyed by text ids, price
+//!   buckets' candles in columns) answers every read as before under
+//!   version 6's integer ids and packed price values.
 
 use hindsight_contracts::{Position, ProjectionStore, ProjectionWrite, ReadStore};
 use hindsight_schemas::{codec, Event, MarketRecord, Timestamp, Token};
@@ -314,7 +317,7 @@ CREATE TABLE price_buckets (
 INSERT INTO price_buckets VALUES ('t', '1m', 1756684800000, 0.75, 3, 9);
 ";
 
-/// A store of version 3 opens under version 5 with its price history
+/// A store of version 3 opens under the current version with its price history
 /// intact: averages read as before, and the old bucket reads as one
 /// without a candle (until `rebuild`), which later ticks do not give it.
 #[tokio::test]
@@ -383,4 +386,317 @@ async fn a_version_3_store_keeps_its_prices_and_has_no_candles_until_rebuilt() {
     assert_eq!(candles.len(), 2);
     assert_eq!(candles[0].candle, None);
     assert_eq!(candles[1].candle, Some(candle));
+}
+
+/// A whole `store.db` of version 5 (the DDL of that version, comments
+/// left out): series tables keyed by the text id, `res` as text, price
+/// buckets with their sum and candle in columns.
+const V5_SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS price_buckets (
+    token_id TEXT NOT NULL, res TEXT NOT NULL, bucket INTEGER NOT NULL,
+    sum REAL NOT NULL, count INTEGER NOT NULL, last_offset INTEGER NOT NULL,
+    open_ts INTEGER, open_offset INTEGER, open_p REAL,
+    close_ts INTEGER, close_offset INTEGER, close_p REAL, high REAL, low REAL,
+    PRIMARY KEY (token_id, res, bucket)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS metric_buckets (
+    market_id TEXT NOT NULL, res TEXT NOT NULL, bucket INTEGER NOT NULL,
+    volume_sum REAL NOT NULL, liquidity_sum REAL NOT NULL, spread_sum REAL NOT NULL,
+    count INTEGER NOT NULL, last_offset INTEGER NOT NULL,
+    PRIMARY KEY (market_id, res, bucket)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS book_buckets (
+    token_id TEXT NOT NULL, res TEXT NOT NULL, bucket INTEGER NOT NULL,
+    ts INTEGER NOT NULL, snapshot_offset INTEGER NOT NULL,
+    bids TEXT NOT NULL, asks TEXT NOT NULL, last_offset INTEGER NOT NULL,
+    PRIMARY KEY (token_id, res, bucket)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS price_ticks (
+    token_id TEXT NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
+    log_offset INTEGER NOT NULL, p REAL NOT NULL,
+    PRIMARY KEY (token_id, ts, log_partition, log_offset)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS book_ticks (
+    token_id TEXT NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
+    log_offset INTEGER NOT NULL, bids TEXT NOT NULL, asks TEXT NOT NULL,
+    PRIMARY KEY (token_id, ts, log_partition, log_offset)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS trades (
+    token_id TEXT NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
+    log_offset INTEGER NOT NULL, price REAL NOT NULL, size REAL NOT NULL,
+    side TEXT NOT NULL, trade_id TEXT,
+    PRIMARY KEY (token_id, ts, log_partition, log_offset)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS trade_ids (
+    token_id TEXT NOT NULL, trade_id TEXT NOT NULL,
+    log_partition INTEGER NOT NULL, log_offset INTEGER NOT NULL,
+    PRIMARY KEY (token_id, trade_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS consumed (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS catalog_consumed (partition INTEGER PRIMARY KEY, next_offset INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS series (
+    id TEXT PRIMARY KEY, slug TEXT NOT NULL, title TEXT NOT NULL, tags TEXT NOT NULL,
+    start_date INTEGER, end_date INTEGER, created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL, version_offset INTEGER NOT NULL, body BLOB NOT NULL,
+    change_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS series_slug ON series (slug);
+CREATE TABLE IF NOT EXISTS events (
+    id TEXT PRIMARY KEY, slug TEXT NOT NULL, series_id TEXT, title TEXT NOT NULL, tags TEXT NOT NULL,
+    start_date INTEGER, end_date INTEGER, created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL, version_offset INTEGER NOT NULL, body BLOB NOT NULL,
+    change_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS events_slug ON events (slug);
+CREATE INDEX IF NOT EXISTS events_series ON events (series_id);
+CREATE TABLE IF NOT EXISTS markets (
+    id TEXT PRIMARY KEY, slug TEXT NOT NULL, event_id TEXT, question TEXT, status TEXT NOT NULL,
+    start_date INTEGER, end_date INTEGER, created_at INTEGER NOT NULL,
+    updated_at INTEGER NOT NULL, version_offset INTEGER NOT NULL, body BLOB NOT NULL,
+    change_seq INTEGER NOT NULL DEFAULT 0
+);
+CREATE INDEX IF NOT EXISTS markets_slug ON markets (slug);
+CREATE INDEX IF NOT EXISTS markets_event ON markets (event_id);
+CREATE TABLE IF NOT EXISTS tokens (
+    token_id TEXT PRIMARY KEY, market_id TEXT NOT NULL, label TEXT NOT NULL, ord INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS tokens_market ON tokens (market_id);
+CREATE TABLE IF NOT EXISTS api_keys (
+    key_id TEXT PRIMARY KEY, hash BLOB NOT NULL UNIQUE, organization TEXT NOT NULL,
+    plan TEXT NOT NULL, created_at INTEGER NOT NULL, revoked_at INTEGER
+);
+INSERT INTO meta VALUES ('schema_version', '5');
+";
+
+/// Rows of every series table of version 5: a bucket of several ticks, a
+/// bucket of one tick, a bucket from before candles (NULL columns), a
+/// metrics and a book bucket, ticks, a book snapshot and two trades, one
+/// with an id.
+const V5_ROWS: &str = "
+INSERT INTO price_buckets VALUES ('tok-a', '1m', 1756684800000, 1.5, 3, 12,
+    1756684800005, 10, 0.25, 1756684859000, 12, 0.75, 0.9, 0.1);
+INSERT INTO price_buckets VALUES ('tok-a', '1d', 1756684800000, 0.5, 1, 40,
+    1756684900000, 40, 0.5, 1756684900000, 40, 0.5, 0.5, 0.5);
+INSERT INTO price_buckets (token_id, res, bucket, sum, count, last_offset)
+    VALUES ('tok-b', '5m', 1756684800000, 0.75, 3, 9);
+INSERT INTO metric_buckets VALUES ('mkt', '1h', 1756684800000, 10.0, 20.0, 0.5, 2, 7);
+INSERT INTO book_buckets VALUES ('tok-a', '1m', 1756684800000, 1756684801000, 11,
+    '[[0.4,10.0]]', '[[0.6,5.0]]', 11);
+INSERT INTO price_ticks VALUES ('tok-a', 1756684800005, 0, 10, 0.25);
+INSERT INTO price_ticks VALUES ('tok-a', 1756684859000, 0, 12, 0.75);
+INSERT INTO book_ticks VALUES ('tok-a', 1756684801000, 0, 11, '[[0.4,10.0]]', '[[0.6,5.0]]');
+INSERT INTO trades VALUES ('tok-a', 1756684802000, 0, 13, 0.5, 4.0, 'buy', 'x1');
+INSERT INTO trade_ids VALUES ('tok-a', 'x1', 0, 13);
+INSERT INTO trades VALUES ('tok-a', 1756684803000, 0, 14, 0.6, 1.0, 'sell', NULL);
+";
+
+/// A store of version 5 opens under version 6 in place: every read answers
+/// what the old tables held (the bucket from before candles still without
+/// one), the old tables are gone, a trade id decided before stays decided,
+/// and opening again changes nothing.
+#[tokio::test]
+async fn a_version_5_store_keeps_every_series_row_under_integer_ids() {
+    use hindsight_contracts::{
+        Candle, CandlePoint, Mark, MetricsPoint, PricePoint, Range, Table, Tick, TickKey, TickKind,
+        TickRange, TickValue, TradeTotals,
+    };
+    use hindsight_schemas::{Resolution, TradeSide};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(V5_SCHEMA).unwrap();
+        conn.execute_batch(V5_ROWS).unwrap();
+    }
+    let t = Timestamp(1_756_684_800_000);
+    let range = |res| Range {
+        res,
+        start: t,
+        end: Timestamp(t.0 + 86_400_000),
+        limit: 10,
+    };
+    let mark = |ts: i64, offset, p| Mark {
+        ts: Timestamp(ts),
+        offset,
+        p,
+    };
+    let trade = |ts: i64, offset, price, size, side, id: Option<&str>| Tick {
+        token_id: "tok-a".into(),
+        key: TickKey {
+            ts: Timestamp(ts),
+            partition: 0,
+            offset,
+        },
+        value: TickValue::Trade {
+            price,
+            size,
+            side,
+            trade_id: id.map(Into::into),
+        },
+    };
+    for reopen in [false, true] {
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let m1 = range(Resolution::M1);
+        assert_eq!(
+            store.prices("tok-a", m1).await.unwrap(),
+            vec![PricePoint { t, p: 0.5 }],
+            "reopened: {reopen}"
+        );
+        assert_eq!(
+            store.candles("tok-a", m1).await.unwrap(),
+            vec![CandlePoint {
+                t,
+                count: 3,
+                candle: Some(Candle {
+                    open: mark(1_756_684_800_005, 10, 0.25),
+                    close: mark(1_756_684_859_000, 12, 0.75),
+                    high: 0.9,
+                    low: 0.1,
+                }),
+                trades: None,
+            }]
+        );
+        assert_eq!(
+            store.candles("tok-a", range(Resolution::D1)).await.unwrap(),
+            vec![CandlePoint {
+                t,
+                count: 1,
+                candle: Some(Candle::of(mark(1_756_684_900_000, 40, 0.5))),
+                trades: None,
+            }]
+        );
+        let m5 = range(Resolution::M5);
+        assert_eq!(
+            store.prices("tok-b", m5).await.unwrap(),
+            vec![PricePoint { t, p: 0.25 }]
+        );
+        assert_eq!(
+            store.candles("tok-b", m5).await.unwrap(),
+            vec![CandlePoint {
+                t,
+                count: 3,
+                candle: None,
+                trades: None,
+            }]
+        );
+        assert_eq!(
+            store.metrics("mkt", range(Resolution::H1)).await.unwrap(),
+            vec![MetricsPoint {
+                t,
+                volume: 5.0,
+                liquidity: 10.0,
+                spread: 0.25,
+            }]
+        );
+        let books = store.books("tok-a", m1).await.unwrap();
+        assert_eq!(
+            (books.len(), &*books[0].bids, &*books[0].asks),
+            (1, "[[0.4,10.0]]", "[[0.6,5.0]]")
+        );
+        for (table, id, res, n) in [
+            (Table::Prices, "tok-a", Resolution::M1, 1),
+            (Table::Prices, "tok-a", Resolution::D1, 1),
+            (Table::Prices, "tok-a", Resolution::M5, 0),
+            (Table::Prices, "tok-b", Resolution::M5, 1),
+            (Table::Metrics, "mkt", Resolution::H1, 1),
+            (Table::Books, "tok-a", Resolution::M1, 1),
+        ] {
+            assert_eq!(
+                store.count(table, id, range(res)).await.unwrap(),
+                n,
+                "{table:?} {id} {}",
+                res.as_str()
+            );
+        }
+        let day = Timestamp(t.0 + 86_400_000);
+        for (kind, n) in [
+            (TickKind::Price, 2),
+            (TickKind::Book, 1),
+            (TickKind::Trade, 2),
+        ] {
+            assert_eq!(store.count_ticks(kind, "tok-a", t, day).await.unwrap(), n);
+        }
+        let all = TickRange {
+            from: TickKey::at(t),
+            end: day,
+            limit: 10,
+        };
+        let prices: Vec<f64> = store
+            .ticks(TickKind::Price, "tok-a", all)
+            .await
+            .unwrap()
+            .iter()
+            .map(|t| match t.value {
+                TickValue::Price { p } => p,
+                _ => unreachable!(),
+            })
+            .collect();
+        assert_eq!(prices, [0.25, 0.75]);
+        let at = store
+            .book_at("tok-a", t, Timestamp(t.0 + 2_000))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(at.key.offset, 11);
+        assert_eq!(
+            store.ticks(TickKind::Trade, "tok-a", all).await.unwrap(),
+            vec![
+                trade(1_756_684_802_000, 13, 0.5, 4.0, TradeSide::Buy, Some("x1")),
+                trade(1_756_684_803_000, 14, 0.6, 1.0, TradeSide::Sell, None),
+            ]
+        );
+        assert_eq!(
+            store.trade_totals("tok-a", m1).await.unwrap(),
+            vec![(
+                t,
+                TradeTotals {
+                    volume: 5.0,
+                    count: 2
+                }
+            )]
+        );
+        if !reopen {
+            // The trade id decided before the upgrade keeps its position.
+            store
+                .apply(ProjectionWrite {
+                    ticks: vec![trade(
+                        1_756_684_804_000,
+                        15,
+                        0.7,
+                        9.0,
+                        TradeSide::Buy,
+                        Some("x1"),
+                    )],
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+    }
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let version: String = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(version, "6");
+    let left: i64 = conn
+        .query_row(
+            "SELECT count(*) FROM sqlite_master WHERE name LIKE 'v5_%' OR sql LIKE '%token_id TEXT NOT NULL, res%'",
+            [],
+            |r| r.get(0),
+        )
+        .unwrap();
+    assert_eq!(left, 0, "no table of the old layout is left");
+    let names: Vec<String> = conn
+        .prepare("SELECT name FROM series_ids ORDER BY name")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(names, ["mkt", "tok-a", "tok-b"]);
 }

@@ -158,7 +158,7 @@ async fn a_projector_dying_between_rows_and_position_neither_loses_nor_double_co
     );
     let folded = scalar(
         &store_db,
-        "SELECT SUM(count) FROM price_buckets WHERE res = '1m'",
+        "SELECT SUM(count) FROM price_buckets WHERE res = 1",
     );
     assert!(
         folded > before,
@@ -170,11 +170,12 @@ async fn a_projector_dying_between_rows_and_position_neither_loses_nor_double_co
     let mut second = Projector::new(backends.source().unwrap(), store, cfg);
     second.catch_up().await.unwrap();
     assert_eq!(committed(), ticks);
-    for res in ["1m", "5m", "10m", "15m", "1h", "6h", "1d"] {
+    // `res` is stored as the resolution's width in minutes.
+    for res in [1, 5, 10, 15, 60, 360, 1440] {
         let counted = scalar(
             &store_db,
-            &format!("SELECT SUM(count) FROM price_buckets WHERE res = '{res}'"),
+            &format!("SELECT SUM(count) FROM price_buckets WHERE res = {res}"),
         );
-        assert_eq!(counted, ticks, "{res}: every tick exactly once");
+        assert_eq!(counted, ticks, "res {res}: every tick exactly once");
     }
 }

@@ -201,7 +201,10 @@ pub fn scalar(db: &Path, sql: &str) -> i64 {
 }
 
 /// Every row of the derived tables of `store.db`, floats in their exact
-/// round-trip form, for comparing incremental tables with a rebuild.
+/// round-trip form (blobs as bytes), for comparing incremental tables with
+/// a rebuild. A series table's `sid` is shown as the id it stands for:
+/// sids are allocated in first-write order, which differs between step
+/// sizes, and `series_ids` survives a rebuild.
 pub fn snapshot(store_db: &Path) -> Vec<String> {
     let conn = rusqlite::Connection::open(store_db).unwrap();
     let mut out = Vec::new();
@@ -215,28 +218,37 @@ pub fn snapshot(store_db: &Path) -> Vec<String> {
         "tokens",
         "consumed",
     ] {
-        let n = conn
-            .prepare(&format!("SELECT * FROM {table}"))
-            .unwrap()
-            .column_count();
-        let order: Vec<String> = (1..=n).map(|i| i.to_string()).collect();
-        let mut stmt = conn
-            .prepare(&format!(
-                "SELECT * FROM {table} ORDER BY {}",
-                order.join(", ")
-            ))
-            .unwrap();
         // `change_seq` numbers catalog changes for the API's change feed; it
         // keeps counting across `rebuild` (so feed cursors stay valid) and is
         // no part of the projected data.
-        let data: Vec<usize> = (0..n)
-            .filter(|&i| stmt.column_name(i).unwrap() != "change_seq")
+        let columns: Vec<String> = conn
+            .prepare(&format!(
+                "SELECT name FROM pragma_table_info('{table}') WHERE name <> 'change_seq' ORDER BY cid"
+            ))
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        let select: Vec<String> = columns
+            .iter()
+            .map(|c| match c.as_str() {
+                "sid" => "(SELECT name FROM series_ids s WHERE s.sid = t.sid)".to_string(),
+                c => format!("t.{c}"),
+            })
             .collect();
+        let order: Vec<String> = (1..=select.len()).map(|i| i.to_string()).collect();
+        let mut stmt = conn
+            .prepare(&format!(
+                "SELECT {} FROM {table} t ORDER BY {}",
+                select.join(", "),
+                order.join(", ")
+            ))
+            .unwrap();
         let mut rows = stmt.query([]).unwrap();
         while let Some(row) = rows.next().unwrap() {
-            let cols: Vec<String> = data
-                .iter()
-                .map(|&i| format!("{:?}", row.get_ref(i).unwrap()))
+            let cols: Vec<String> = (0..select.len())
+                .map(|i| format!("{:?}", row.get_ref(i).unwrap()))
                 .collect();
             out.push(format!("{table}: {}", cols.join(" | ")));
         }

@@ -1,0 +1,357 @@
+//! The `v` column of `price_buckets`: a bucket's sum and candle in a few
+//! bytes (store schema 6).
+//!
+//! Most buckets of a long-tail market hold one tick, and then the sum, the
+//! open, the close, the high and the low are all that tick: eight columns
+//! of the same value. The blob stores them once. Times are stored relative
+//! to the bucket's start and offsets relative to the row's `last_offset`
+//! (both in the row's key and columns), as zigzag varints: small numbers
+//! in a byte or four, and any value (even a mark after `last_offset` or
+//! outside its bucket, which the projector never writes) round-trips.
+//!
+//! Layout, after a tag byte:
+//! - `0` (no candle: a row migrated from before schema 5): `sum` (f64).
+//! - `1` (one tick: sum = open = close = high = low = `p`): `p` (f64),
+//!   `ts - bucket`, `last_offset - offset`.
+//! - `2` (full): `sum` (f64), the open and the close as
+//!   `ts - bucket`, `last_offset - offset`, `p` (f64), then `high`, `low`.
+//!
+//! f64s are little-endian bits, so every value round-trips exactly. The
+//! encoding is canonical — equal values give equal bytes (tag 1 exactly
+//! when the values are one tick's, bit for bit) — so an incrementally
+//! projected store and a rebuilt one compare equal byte by byte. The
+//! first f64 is always the sum: [`sum`] reads it without decoding marks.
+
+use crate::{Error, Result};
+use hindsight_contracts::{Candle, Mark};
+use hindsight_schemas::Timestamp;
+
+const NO_CANDLE: u8 = 0;
+const ONE_TICK: u8 = 1;
+const FULL: u8 = 2;
+
+/// The blob of a price bucket starting at `bucket` (Unix ms) whose last
+/// folded event is at `last_offset`.
+pub(crate) fn encode(sum: f64, candle: Option<&Candle>, bucket: i64, last_offset: u64) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16);
+    let Some(c) = candle else {
+        out.push(NO_CANDLE);
+        put_f64(&mut out, sum);
+        return out;
+    };
+    let p = c.open.p.to_bits();
+    let one_tick = c.open.ts == c.close.ts
+        && c.open.offset == c.close.offset
+        && [c.close.p, c.high, c.low, sum]
+            .iter()
+            .all(|v| v.to_bits() == p);
+    if one_tick {
+        out.push(ONE_TICK);
+        put_f64(&mut out, c.open.p);
+        put_mark_position(&mut out, &c.open, bucket, last_offset);
+    } else {
+        out.push(FULL);
+        put_f64(&mut out, sum);
+        for m in [&c.open, &c.close] {
+            put_mark_position(&mut out, m, bucket, last_offset);
+            put_f64(&mut out, m.p);
+        }
+        put_f64(&mut out, c.high);
+        put_f64(&mut out, c.low);
+    }
+    out
+}
+
+/// The sum and candle [`encode`] packed; a malformed blob is
+/// [`Error::Corrupt`].
+pub(crate) fn decode(v: &[u8], bucket: i64, last_offset: u64) -> Result<(f64, Option<Candle>)> {
+    let mut r = Reader { v, at: 0 };
+    let tag = r.byte()?;
+    let out = match tag {
+        NO_CANDLE => (r.f64()?, None),
+        ONE_TICK => {
+            let p = r.f64()?;
+            let (ts, offset) = r.mark_position(bucket, last_offset)?;
+            let tick = Mark { ts, offset, p };
+            (p, Some(Candle::of(tick)))
+        }
+        FULL => {
+            let sum = r.f64()?;
+            let mut mark = || -> Result<Mark> {
+                let (ts, offset) = r.mark_position(bucket, last_offset)?;
+                Ok(Mark {
+                    ts,
+                    offset,
+                    p: r.f64()?,
+                })
+            };
+            let (open, close) = (mark()?, mark()?);
+            let (high, low) = (r.f64()?, r.f64()?);
+            (
+                sum,
+                Some(Candle {
+                    open,
+                    close,
+                    high,
+                    low,
+                }),
+            )
+        }
+        other => return Err(corrupt(format!("tag {other}"))),
+    };
+    if r.at != v.len() {
+        return Err(corrupt(format!("{} bytes after the value", v.len() - r.at)));
+    }
+    Ok(out)
+}
+
+/// The bucket's sum alone (the first f64 of every layout).
+pub(crate) fn sum(v: &[u8]) -> Result<f64> {
+    match v.first().copied() {
+        Some(NO_CANDLE | ONE_TICK | FULL) => Reader { v, at: 1 }.f64(),
+        Some(other) => Err(corrupt(format!("tag {other}"))),
+        None => Err(corrupt("empty".into())),
+    }
+}
+
+fn corrupt(why: String) -> Error {
+    Error::Corrupt(format!("price bucket value: {why}"))
+}
+
+fn put_f64(out: &mut Vec<u8>, v: f64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_mark_position(out: &mut Vec<u8>, m: &Mark, bucket: i64, last_offset: u64) {
+    put_zigzag(out, m.ts.millis().wrapping_sub(bucket));
+    put_zigzag(out, (last_offset as i64).wrapping_sub(m.offset as i64));
+}
+
+/// LEB128 of the zigzag mapping (0, -1, 1, -2, … → 0, 1, 2, 3, …).
+fn put_zigzag(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.push(z as u8 | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+struct Reader<'a> {
+    v: &'a [u8],
+    at: usize,
+}
+
+impl Reader<'_> {
+    fn byte(&mut self) -> Result<u8> {
+        let b = *self
+            .v
+            .get(self.at)
+            .ok_or_else(|| corrupt(format!("ends at byte {}", self.at)))?;
+        self.at += 1;
+        Ok(b)
+    }
+
+    fn f64(&mut self) -> Result<f64> {
+        let bytes = self
+            .v
+            .get(self.at..self.at + 8)
+            .ok_or_else(|| corrupt(format!("ends inside the f64 at byte {}", self.at)))?;
+        self.at += 8;
+        Ok(f64::from_le_bytes(bytes.try_into().expect("8 bytes")))
+    }
+
+    fn zigzag(&mut self) -> Result<i64> {
+        let mut z: u64 = 0;
+        for shift in (0..64).step_by(7) {
+            let b = self.byte()?;
+            if shift == 63 && b > 1 {
+                return Err(corrupt("varint over 64 bits".into()));
+            }
+            z |= u64::from(b & 0x7f) << shift;
+            if b < 0x80 {
+                return Ok((z >> 1) as i64 ^ -((z & 1) as i64));
+            }
+        }
+        Err(corrupt("varint over 64 bits".into()))
+    }
+
+    fn mark_position(&mut self, bucket: i64, last_offset: u64) -> Result<(Timestamp, u64)> {
+        let ts = bucket.wrapping_add(self.zigzag()?);
+        let offset = (last_offset as i64).wrapping_sub(self.zigzag()?) as u64;
+        Ok((Timestamp(ts), offset))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const BUCKET: i64 = 1_756_684_800_000;
+
+    fn mark(ts: i64, offset: u64, p: f64) -> Mark {
+        Mark {
+            ts: Timestamp(ts),
+            offset,
+            p,
+        }
+    }
+
+    fn round_trip(sum: f64, candle: Option<Candle>, bucket: i64, last: u64) -> Vec<u8> {
+        let v = encode(sum, candle.as_ref(), bucket, last);
+        let (got_sum, got) = decode(&v, bucket, last).unwrap();
+        assert_eq!(got_sum.to_bits(), sum.to_bits(), "sum of {v:?}");
+        assert_eq!(super::sum(&v).unwrap().to_bits(), sum.to_bits());
+        match (candle, got) {
+            (None, None) => {}
+            (Some(a), Some(b)) => {
+                for (x, y) in [
+                    (a.open.p, b.open.p),
+                    (a.close.p, b.close.p),
+                    (a.high, b.high),
+                    (a.low, b.low),
+                ] {
+                    assert_eq!(x.to_bits(), y.to_bits(), "{a:?} vs {b:?}");
+                }
+                assert_eq!(
+                    (a.open.ts, a.open.offset, a.close.ts, a.close.offset),
+                    (b.open.ts, b.open.offset, b.close.ts, b.close.offset)
+                );
+            }
+            (a, b) => panic!("{a:?} came back as {b:?}"),
+        }
+        v
+    }
+
+    #[test]
+    fn a_bucket_of_one_tick_takes_its_price_once() {
+        let tick = mark(BUCKET + 59_999, 1_000_000, 0.123_456_789);
+        let v = round_trip(tick.p, Some(Candle::of(tick)), BUCKET, 1_000_000);
+        assert_eq!(v[0], ONE_TICK);
+        assert_eq!(v.len(), 1 + 8 + 3 + 1, "{v:?}");
+    }
+
+    #[test]
+    fn a_bucket_of_several_ticks_keeps_every_candle_value() {
+        let c = Candle {
+            open: mark(BUCKET + 5, 10, 0.25),
+            close: mark(BUCKET + 50_000, 12, 0.75),
+            high: 0.9,
+            low: 0.1,
+        };
+        let v = round_trip(0.25 + 0.75 + 0.9 + 0.1, Some(c), BUCKET, 13);
+        assert_eq!(v[0], FULL);
+    }
+
+    #[test]
+    fn a_row_without_candle_keeps_its_sum() {
+        let v = round_trip(2.25, None, BUCKET, 7);
+        assert_eq!(
+            v,
+            [vec![NO_CANDLE], 2.25f64.to_le_bytes().to_vec()].concat()
+        );
+    }
+
+    #[test]
+    fn one_tick_is_chosen_only_when_every_value_is_that_tick_bit_for_bit() {
+        let tick = mark(BUCKET, 3, 0.5);
+        // Equal as numbers, different bits: the full layout keeps -0.0.
+        let zero = mark(BUCKET, 3, 0.0);
+        let v = round_trip(-0.0, Some(Candle::of(zero)), BUCKET, 3);
+        assert_eq!(v[0], FULL);
+        let two_marks = Candle {
+            close: mark(BUCKET + 1, 4, 0.5),
+            ..Candle::of(tick)
+        };
+        assert_eq!(round_trip(1.0, Some(two_marks), BUCKET, 4)[0], FULL);
+    }
+
+    #[test]
+    fn marks_outside_the_bucket_or_after_last_offset_round_trip() {
+        let c = Candle {
+            open: mark(i64::MIN, u64::MAX, f64::MIN_POSITIVE),
+            close: mark(i64::MAX, 0, f64::MAX),
+            high: f64::INFINITY,
+            low: f64::NEG_INFINITY,
+        };
+        round_trip(1e300, Some(c), BUCKET, 5);
+        round_trip(0.5, Some(Candle::of(mark(BUCKET - 1, 9, 0.5))), BUCKET, 2);
+    }
+
+    #[test]
+    fn random_rows_round_trip_and_encode_canonically() {
+        // xorshift64*: reproducible without a dependency.
+        let mut s: u64 = 0x9e37_79b9_7f4a_7c15;
+        let mut next = move || {
+            s ^= s >> 12;
+            s ^= s << 25;
+            s ^= s >> 27;
+            s.wrapping_mul(0x2545_f491_4f6c_dd1d)
+        };
+        for _ in 0..20_000 {
+            let bucket = (next() % 2_000_000_000_000) as i64;
+            let width = [60_000, 86_400_000][(next() % 2) as usize];
+            let last = next() % (1 << 40);
+            let m = |n: &mut dyn FnMut() -> u64| {
+                mark(
+                    bucket + (n() % width) as i64,
+                    last.saturating_sub(n() % 100_000),
+                    (n() % 1_000_001) as f64 / 1e6,
+                )
+            };
+            let (a, b) = (m(&mut next), m(&mut next));
+            let candle = match next() % 3 {
+                0 => None,
+                1 => Some(Candle::of(a)),
+                _ => Some(Candle {
+                    open: a,
+                    close: b,
+                    high: a.p.max(b.p),
+                    low: a.p.min(b.p),
+                }),
+            };
+            let sum = match candle {
+                Some(c) if next() % 2 == 0 => c.open.p,
+                _ => f64::from_bits(next() >> 2),
+            };
+            let v = round_trip(sum, candle, bucket, last);
+            let (s2, c2) = decode(&v, bucket, last).unwrap();
+            assert_eq!(encode(s2, c2.as_ref(), bucket, last), v, "canonical");
+        }
+    }
+
+    #[test]
+    fn malformed_values_are_corrupt_not_a_panic() {
+        let good = encode(
+            1.0,
+            Some(&Candle {
+                open: mark(BUCKET + 1, 1, 0.5),
+                close: mark(BUCKET + 2, 2, 0.5),
+                high: 0.5,
+                low: 0.5,
+            }),
+            BUCKET,
+            2,
+        );
+        for len in 0..good.len() {
+            assert!(matches!(
+                decode(&good[..len], BUCKET, 2),
+                Err(Error::Corrupt(_))
+            ));
+        }
+        let mut longer = good.clone();
+        longer.push(0);
+        assert!(matches!(decode(&longer, BUCKET, 2), Err(Error::Corrupt(_))));
+        assert!(matches!(
+            decode(&[9, 0, 0], BUCKET, 2),
+            Err(Error::Corrupt(_))
+        ));
+        assert!(matches!(sum(&[]), Err(Error::Corrupt(_))));
+        assert!(matches!(sum(&[1, 0]), Err(Error::Corrupt(_))));
+        let endless = [vec![ONE_TICK], vec![0; 8], vec![0xff; 11]].concat();
+        assert!(matches!(
+            decode(&endless, BUCKET, 2),
+            Err(Error::Corrupt(_))
+        ));
+    }
+}
