@@ -18,7 +18,7 @@
 use crate::shape::{dense, long_tail, spaced, Shape, DAY};
 use hindsight_contracts::{Range, ReadStore};
 use hindsight_schemas::{Resolution, Timestamp};
-use hindsight_sqlite::SqliteStore;
+use hindsight_sqlite::{res_code, SqliteStore};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -233,23 +233,31 @@ fn read_hindsight(data: &Path, secs: f64, bytes: u64) -> anyhow::Result<Answer> 
         data.join("store.db"),
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
     )?;
+    // The store's layout (schema 6): `res` is the resolution's code
+    // (`res_code`), ids are `series_ids` names.
     let mut rows = BTreeMap::new();
     let mut stmt =
         conn.prepare("SELECT res, count(*), sum(count) FROM price_buckets GROUP BY res")?;
     for row in stmt.query_map([], |r| {
         Ok((
-            r.get::<_, String>(0)?,
+            r.get::<_, i64>(0)?,
             r.get::<_, i64>(1)?,
             r.get::<_, i64>(2)?,
         ))
     })? {
-        let (res, n, ticks) = row?;
-        rows.insert(res, (n as u64, ticks as u64));
+        let (code, n, ticks) = row?;
+        let res = Resolution::ALL
+            .into_iter()
+            .find(|r| res_code(*r) == code)
+            .ok_or_else(|| {
+                anyhow::anyhow!("price_buckets holds an unknown resolution code {code}")
+            })?;
+        rows.insert(res.as_str().to_string(), (n as u64, ticks as u64));
     }
     let busiest: String = conn.query_row(
-        "SELECT token_id FROM price_buckets WHERE res = '1d' GROUP BY token_id
-         ORDER BY sum(count) DESC, token_id LIMIT 1",
-        [],
+        "SELECT s.name FROM price_buckets p JOIN series_ids s USING (sid) WHERE p.res = ?1
+         GROUP BY p.sid ORDER BY sum(p.count) DESC, s.name LIMIT 1",
+        [res_code(Resolution::D1)],
         |r| r.get(0),
     )?;
     let store = SqliteStore::open(data)?;

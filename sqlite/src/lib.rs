@@ -35,7 +35,7 @@ mod store;
 
 pub use idempotency::IdempotencyFile;
 pub use log::{EmbeddedSource, SqliteConsumer, SqliteLog};
-pub use store::SqliteStore;
+pub use store::{res_code, SqliteStore};
 
 /// What goes wrong inside this adapter; converted to the contracts' error at
 /// the trait boundary.
