@@ -9,9 +9,13 @@ tables being on disk (interpreter start and imports not counted), and what
 `hindsight-bench` checks against Hindsight's own buckets: per resolution the
 rows and the ticks they hold, and the busiest token's 1h averages.
 
-Each table holds what Hindsight's buckets hold (token, bucket start in Unix
-milliseconds, sum and count of `p`), so the bytes compare like for like.
-The file is read once into a temporary table that is not kept.
+Each engine keeps what Hindsight keeps, so the bytes compare like for like:
+every tick (token, time in Unix milliseconds, `p`), which Hindsight serves at
+`resolution=tick`, sorted by token and time as Hindsight's tick table is;
+and per resolution a table of buckets holding what Hindsight's price
+buckets hold: token, bucket start, sum and count of `p`, and the candle
+(open and close with their times, high, low). Hindsight also keeps its
+event log; the engines keep nothing of the file but these tables.
 """
 
 import json
@@ -45,19 +49,20 @@ def duckdb_run(path, out):
     started = time.perf_counter()
     con = duckdb.connect(db)
     con.execute(
-        f"""CREATE TEMP TABLE ticks AS
+        f"""CREATE TABLE ticks AS
             SELECT token_id, CAST(round(ts * 1000) AS BIGINT) AS ms, p
             FROM read_json('{path}', format = 'newline_delimited',
                  columns = {{'kind': 'VARCHAR', 'token_id': 'VARCHAR', 'ts': 'DOUBLE', 'p': 'DOUBLE'}})
-            WHERE kind = 'price'"""
+            WHERE kind = 'price' ORDER BY token_id, ms"""
     )
     for res, width in RESOLUTIONS:
         con.execute(
             f"""CREATE TABLE {table(res)} AS
-                SELECT token_id, ms // {width} * {width} AS bucket, sum(p) AS sum, count(*) AS count
+                SELECT token_id, ms // {width} * {width} AS bucket, sum(p) AS sum, count(*) AS count,
+                       min(ms) AS open_ms, arg_min(p, ms) AS open, max(ms) AS close_ms,
+                       arg_max(p, ms) AS close, max(p) AS high, min(p) AS low
                 FROM ticks GROUP BY ALL"""
         )
-    con.execute("DROP TABLE ticks")
     con.execute("CHECKPOINT")
     secs = time.perf_counter() - started
 
@@ -73,7 +78,9 @@ def clickhouse_run(path, out):
     started = time.perf_counter()
     s = session.Session(os.path.join(out, "chdb"))
     s.query("CREATE DATABASE bench")
-    s.query("CREATE TABLE bench.ticks (token_id String, ms Int64, p Float64) ENGINE = Memory")
+    s.query(
+        "CREATE TABLE bench.ticks (token_id String, ms Int64, p Float64) ENGINE = MergeTree ORDER BY (token_id, ms)"
+    )
     s.query(
         f"""INSERT INTO bench.ticks
             SELECT token_id, toInt64(round(ts * 1000)), p
@@ -83,15 +90,16 @@ def clickhouse_run(path, out):
     for res, width in RESOLUTIONS:
         s.query(
             f"""CREATE TABLE bench.{table(res)}
-                (token_id String, bucket Int64, sum Float64, count UInt64)
+                (token_id String, bucket Int64, sum Float64, count UInt64,
+                 open_ms Int64, open Float64, close_ms Int64, close Float64, high Float64, low Float64)
                 ENGINE = MergeTree ORDER BY (token_id, bucket)"""
         )
         s.query(
             f"""INSERT INTO bench.{table(res)}
-                SELECT token_id, intDiv(ms, {width}) * {width} AS bucket, sum(p), count()
+                SELECT token_id, intDiv(ms, {width}) * {width} AS bucket, sum(p), count(),
+                       min(ms), argMin(p, ms), max(ms), argMax(p, ms), max(p), min(p)
                 FROM bench.ticks GROUP BY token_id, bucket"""
         )
-    s.query("DROP TABLE bench.ticks")
     secs = time.perf_counter() - started
 
     def query(sql):

@@ -5,9 +5,12 @@
 //! - Hindsight: `hindsight backfill` into a fresh embedded data directory
 //!   (validated, durably logged), then `hindsight rebuild` (the log replayed
 //!   into the buckets `/v1` reads), each its own process, timed apart;
-//! - DuckDB (`read_json`, one `GROUP BY` table per resolution, checkpointed)
-//!   and ClickHouse (chdb, one MergeTree table per resolution), through
-//!   `bench/shapes.py` in the virtualenv `scripts/install-tools.sh` fills.
+//! - DuckDB (`read_json` into a table of ticks, one `GROUP BY` table per
+//!   resolution, checkpointed) and ClickHouse (chdb, MergeTree tables of
+//!   the same), through `bench/shapes.py` in the virtualenv
+//!   `scripts/install-tools.sh` fills. They keep what Hindsight's store
+//!   keeps: every tick, and per resolution the buckets' sums, counts and
+//!   candles (Hindsight also keeps its log).
 //!
 //! Bytes are what the files occupy on disk afterwards. Before any figure
 //! is printed the three must agree: rows and ticks per resolution, and the
@@ -166,8 +169,8 @@ fn compare(
     );
     for (name, a) in [
         ("Hindsight, both (log + store)", &hindsight),
-        ("DuckDB (read_json, GROUP BY, CHECKPOINT)", &duck),
-        ("ClickHouse (chdb, MergeTree)", &click),
+        ("DuckDB (ticks + candle buckets)", &duck),
+        ("ClickHouse (chdb MergeTree, the same)", &click),
     ] {
         println!(
             "     {name:<44} {:>8.2} {:>12.0} {:>10.1}",
