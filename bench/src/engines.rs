@@ -253,6 +253,9 @@ async fn pages(
                 cql.keyspace.clone(),
                 "--scylla-consistency".to_string(),
                 "ONE".to_string(),
+                // Required with the CQL store (replicas sign cursors alike).
+                "--cursor-secret".to_string(),
+                "bench-cursor-secret-of-thirty-two-bytes".to_string(),
             ],
         ),
     ] {
