@@ -36,6 +36,10 @@ type Tallies = HashMap<(String, Timestamp, StatusClass), (u64, Timestamp)>;
 pub struct UsageMeter {
     store: Arc<dyn AccountStore>,
     pending: Mutex<Tallies>,
+    /// Held through a flush's write: a flush that starts while another's
+    /// write is in flight returns after it, so a reader that flushed first
+    /// sees every request counted before it asked.
+    writing: tokio::sync::Mutex<()>,
 }
 
 impl UsageMeter {
@@ -43,23 +47,24 @@ impl UsageMeter {
         Arc::new(UsageMeter {
             store,
             pending: Mutex::new(HashMap::new()),
+            writing: tokio::sync::Mutex::new(()),
         })
     }
 
     /// Counts one request of `key_id` answered `at` with `status`.
     pub fn count(&self, key_id: &str, at: Timestamp, status: u16) {
         let mut pending = self.pending.lock().unwrap();
-        add(
-            &mut pending,
-            (key_id.to_string(), hour_of(at), StatusClass::of(status)),
-            1,
-            at,
-        );
+        let tally = pending
+            .entry((key_id.to_string(), hour_of(at), StatusClass::of(status)))
+            .or_insert((0, at));
+        tally.0 += 1;
+        tally.1 = tally.1.max(at);
     }
 
     /// Writes every tally so far; on failure they are dropped and the
     /// requests they held are logged (see the module's doc).
     pub async fn flush(&self) -> hindsight_contracts::Result<()> {
+        let _writing = self.writing.lock().await;
         let taken = std::mem::take(&mut *self.pending.lock().unwrap());
         if taken.is_empty() {
             return Ok(());
@@ -95,12 +100,6 @@ impl UsageMeter {
             let _ = self.flush().await;
         }
     }
-}
-
-fn add(pending: &mut Tallies, key: (String, Timestamp, StatusClass), count: u64, at: Timestamp) {
-    let entry = pending.entry(key).or_insert((0, at));
-    entry.0 += count;
-    entry.1 = entry.1.max(at);
 }
 
 #[cfg(test)]
