@@ -50,11 +50,12 @@ fn load_plans(args: &PlanArgs) -> anyhow::Result<Plans> {
 fn api_config(
     plans: &PlanArgs,
     cursor: &CursorArgs,
-    exports: &ExportJobArgs,
+    (exports, page_cache): (&ExportJobArgs, &PageCacheArgs),
     backends: &BackendConfig,
     dashboard: DashboardConfig,
 ) -> anyhow::Result<ApiConfig> {
     Ok(ApiConfig {
+        page_cache_bytes: page_cache.page_cache_mb << 20,
         plans: Arc::new(load_plans(plans)?),
         clock: Arc::new(SystemClock),
         cursors: services::api::cursor_keys(&cursor.cursor_secret, backends)?,
@@ -76,7 +77,7 @@ async fn dev(args: DevArgs) -> anyhow::Result<()> {
     let api = api_config(
         &args.plans,
         &args.cursor,
-        &args.exports,
+        (&args.exports, &args.page_cache),
         &args.backends(),
         args.public.dashboard(args.listen),
     )?;
@@ -205,7 +206,7 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
     let cfg = api_config(
         &args.plans,
         &args.cursor,
-        &args.exports,
+        (&args.exports, &args.page_cache),
         &backend_config,
         args.public.dashboard(args.listen),
     )?;

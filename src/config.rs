@@ -328,6 +328,16 @@ impl ExportJobArgs {
     }
 }
 
+/// The API's page cache (`api`, `dev`; docs/DESIGN.md, "Caching history").
+#[derive(Args, Clone, Debug)]
+pub struct PageCacheArgs {
+    /// Mebibytes of encoded history pages the API keeps, served again
+    /// while the embedded store is unchanged (any write empties it; the
+    /// CQL store keeps none). 0 turns it off.
+    #[arg(long, env = "HINDSIGHT_PAGE_CACHE_MB", default_value_t = 64)]
+    pub page_cache_mb: usize,
+}
+
 /// How the API signs its pagination cursors (`api`, `dev`).
 #[derive(Args, Clone, Debug)]
 pub struct CursorArgs {
@@ -495,6 +505,8 @@ pub struct DevArgs {
     #[command(flatten)]
     pub exports: ExportJobArgs,
     #[command(flatten)]
+    pub page_cache: PageCacheArgs,
+    #[command(flatten)]
     pub public: PublicUrlArgs,
     /// The API key dev accepts (generated and printed when unset).
     #[arg(long, env = "HINDSIGHT_DEMO_API_KEY", hide_env_values = true)]
@@ -627,6 +639,8 @@ pub struct ApiArgs {
     pub cursor: CursorArgs,
     #[command(flatten)]
     pub exports: ExportJobArgs,
+    #[command(flatten)]
+    pub page_cache: PageCacheArgs,
     #[command(flatten)]
     pub public: PublicUrlArgs,
     #[arg(long, env = "HINDSIGHT_LISTEN", default_value = "127.0.0.1:8080")]

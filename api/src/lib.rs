@@ -37,6 +37,7 @@ pub mod jobs;
 pub mod keys;
 pub mod openapi;
 pub mod page;
+pub mod page_cache;
 pub mod plans;
 pub mod query;
 pub mod rate;
@@ -56,8 +57,28 @@ use routes::{discovery, estimate, history};
 use std::sync::Arc;
 use std::time::Instant;
 
+/// What every handler reads, behind one `Arc`: axum hands each extractor
+/// and middleware its own clone of the state, and a clone of the parts
+/// themselves (a dozen reference counts and the dashboard's strings) cost
+/// more than a cached page's whole answer.
 #[derive(Clone)]
-pub struct ApiState {
+pub struct ApiState(Arc<ApiParts>);
+
+impl From<ApiParts> for ApiState {
+    fn from(parts: ApiParts) -> Self {
+        ApiState(Arc::new(parts))
+    }
+}
+
+impl std::ops::Deref for ApiState {
+    type Target = ApiParts;
+
+    fn deref(&self) -> &ApiParts {
+        &self.0
+    }
+}
+
+pub struct ApiParts {
     pub store: Arc<dyn ReadStore>,
     pub keys: Arc<dyn AuthStore>,
     /// The dashboard's accounts, and every key's usage counts.
@@ -72,6 +93,8 @@ pub struct ApiState {
     pub clock: Arc<dyn hindsight_schemas::time::Clock>,
     /// Signs and checks pagination cursors; the same on every replica.
     pub cursors: cursor::CursorKeys,
+    /// History pages kept encoded while the store is unchanged.
+    pub pages: Arc<page_cache::PageCache>,
     /// The bulk exports this replica may run at once.
     pub exports: routes::export::ExportSlots,
     /// Export jobs: their store and how they run.

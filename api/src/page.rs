@@ -42,11 +42,55 @@ impl Page {
     pub fn etag(body: &[u8]) -> String {
         format!("\"{:032x}\"", twox_hash::XxHash3_128::oneshot(body))
     }
+
+    /// The page with its `ETag` computed, ready to answer (and to keep:
+    /// clones share the bytes).
+    pub fn seal(self) -> Sealed {
+        let etag = HeaderValue::from_str(&Page::etag(&self.body)).expect("hex is a valid header");
+        Sealed {
+            body: self.body.into(),
+            etag,
+            closed: self.closed,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) fn from_body(body: Vec<u8>, closed: bool) -> Page {
+        Page { body, closed }
+    }
 }
 
 impl IntoResponse for Page {
     fn into_response(self) -> Response {
-        let etag = HeaderValue::from_str(&Page::etag(&self.body)).expect("hex is a valid header");
+        self.seal().into_response()
+    }
+}
+
+/// A page with its validator: what the page cache keeps and every history
+/// route answers.
+#[derive(Clone)]
+pub struct Sealed {
+    body: bytes::Bytes,
+    etag: HeaderValue,
+    closed: bool,
+}
+
+impl Sealed {
+    pub fn body(&self) -> &[u8] {
+        &self.body
+    }
+
+    pub fn len(&self) -> usize {
+        self.body.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.body.is_empty()
+    }
+}
+
+impl IntoResponse for Sealed {
+    fn into_response(self) -> Response {
         let policy = if self.closed { CLOSED } else { OPEN };
         (
             [
@@ -54,7 +98,7 @@ impl IntoResponse for Page {
                     header::CONTENT_TYPE,
                     HeaderValue::from_static("application/json"),
                 ),
-                (header::ETAG, etag),
+                (header::ETAG, self.etag),
                 (header::CACHE_CONTROL, HeaderValue::from_static(policy)),
                 (header::VARY, HeaderValue::from_static(VARY)),
             ],

@@ -434,6 +434,24 @@ where
 }
 
 impl HistoryQuery {
+    /// What the page of `route` for the path id `id` is kept under in the
+    /// page cache: every field the page is a function of, the strings
+    /// quoted and escaped so that no request's key is another's (a key
+    /// names the page *after* the plan checked this request's own range).
+    /// `None` with `fill=previous`, whose pages also depend on the clock.
+    pub fn cache_key(&self, route: &str, id: &str) -> Option<String> {
+        (self.fill == Fill::None).then(|| {
+            format!(
+                "{route} {id:?} {} {} {} {} {:?}",
+                self.start.0,
+                self.end.0,
+                self.resolution.as_str(),
+                self.limit,
+                self.cursor
+            )
+        })
+    }
+
     /// `with_resolution`: the route takes `resolution` (required); else it
     /// serves ticks only (trades), and the query is at `tick`.
     fn parse(q: &QueryPairs, keys: CursorKeys, with_resolution: bool) -> Result<Self, ApiError> {

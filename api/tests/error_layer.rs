@@ -8,7 +8,7 @@ use axum::http::{Request, StatusCode};
 use hindsight_api::catalog::Catalog;
 use hindsight_api::cursor::CursorKeys;
 use hindsight_api::plans::Plans;
-use hindsight_api::{keys, router, ApiState};
+use hindsight_api::{keys, router, ApiParts, ApiState};
 use hindsight_contracts::*;
 use hindsight_schemas::{MarketRecord, Timestamp};
 use metrics_exporter_prometheus::PrometheusBuilder;
@@ -132,7 +132,7 @@ async fn request(path: &str, fail_keys: bool) -> Outcome {
     let store: Arc<dyn ReadStore> = Arc::new(DownStore);
     let accounts_dir = tempfile::tempdir().unwrap();
     let accounts = Arc::new(hindsight_sqlite::SqliteStore::open(accounts_dir.path()).unwrap());
-    let state = ApiState {
+    let state: ApiState = ApiParts {
         catalog: Catalog::new(store.clone()),
         store,
         keys: Arc::new(Keys {
@@ -145,6 +145,7 @@ async fn request(path: &str, fail_keys: bool) -> Outcome {
         plans: Arc::new(Plans::default()),
         clock: Arc::new(hindsight_schemas::time::SystemClock),
         cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
+        pages: Arc::new(hindsight_api::page_cache::PageCache::new(0)),
         exports: Default::default(),
         // Export jobs in a directory that outlives the router.
         jobs: hindsight_api::jobs::Jobs::new(
@@ -153,7 +154,8 @@ async fn request(path: &str, fail_keys: bool) -> Outcome {
             ),
             Default::default(),
         ),
-    };
+    }
+    .into();
     let response = router(state)
         .oneshot(
             Request::get(path)

@@ -13,7 +13,7 @@ use hindsight_api::catalog::Catalog;
 use hindsight_api::cursor::CursorKeys;
 use hindsight_api::plans::Plans;
 use hindsight_api::routes::export::{ExportSlots, CHUNK, CONCURRENT_EXPORTS};
-use hindsight_api::{keys, router, ApiState};
+use hindsight_api::{keys, router, ApiParts};
 use hindsight_contracts::*;
 use hindsight_schemas::{MarketRecord, Timestamp};
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
@@ -134,25 +134,30 @@ fn app(store: Minutes, slots: ExportSlots) -> axum::Router {
     let accounts = Arc::new(
         hindsight_sqlite::SqliteStore::open(&tempfile::tempdir().unwrap().keep()).unwrap(),
     );
-    router(ApiState {
-        accounts: accounts.clone(),
-        usage: hindsight_api::usage::UsageMeter::new(accounts),
-        dashboard: Default::default(),
-        catalog: Catalog::new(store.clone()),
-        store,
-        keys: Arc::new(Keys(keys::record_for(KEY, "org", "enterprise"))),
-        plans: Arc::new(Plans::default()),
-        clock: Arc::new(hindsight_schemas::time::SystemClock),
-        cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
-        exports: slots,
-        // Export jobs in a directory that outlives the router.
-        jobs: hindsight_api::jobs::Jobs::new(
-            Arc::new(
-                hindsight_sqlite::SqliteStore::open(&tempfile::tempdir().unwrap().keep()).unwrap(),
+    router(
+        ApiParts {
+            accounts: accounts.clone(),
+            usage: hindsight_api::usage::UsageMeter::new(accounts),
+            dashboard: Default::default(),
+            catalog: Catalog::new(store.clone()),
+            store,
+            keys: Arc::new(Keys(keys::record_for(KEY, "org", "enterprise"))),
+            plans: Arc::new(Plans::default()),
+            clock: Arc::new(hindsight_schemas::time::SystemClock),
+            cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
+            pages: Arc::new(hindsight_api::page_cache::PageCache::new(0)),
+            exports: slots,
+            // Export jobs in a directory that outlives the router.
+            jobs: hindsight_api::jobs::Jobs::new(
+                Arc::new(
+                    hindsight_sqlite::SqliteStore::open(&tempfile::tempdir().unwrap().keep())
+                        .unwrap(),
+                ),
+                Default::default(),
             ),
-            Default::default(),
-        ),
-    })
+        }
+        .into(),
+    )
 }
 
 fn export_path(format: &str, minutes: i64) -> String {

@@ -421,6 +421,21 @@ pub struct TokenRef {
 /// projected catalog; nothing aggregates raw events.
 #[async_trait]
 pub trait ReadStore: Send + Sync {
+    /// A stamp of everything the reads below answer from. Contract: once a
+    /// write through any handle (in any process) has committed, a stamp
+    /// read after it differs from every stamp read before it; so an answer
+    /// built from reads made after reading stamp `s` is still the answer
+    /// while the stamp reads `s`. `None`: the backend cannot tell at the
+    /// cost below (or could not just now), and a caller keeps nothing.
+    ///
+    /// Cost contract: less than the cheapest read, with no round trip —
+    /// the API reads it for every history page it may serve from its page
+    /// cache (`hindsight_api::page_cache`). The embedded store answers
+    /// SQLite's `PRAGMA data_version` of one connection kept for it; the
+    /// CQL store cannot tell without a query, so it answers `None`.
+    fn version(&self) -> Option<u64> {
+        None
+    }
     async fn prices(&self, token_id: &str, range: Range) -> Result<Vec<PricePoint>>;
     /// The candles of the same price buckets `prices` averages: one point
     /// per stored price row, with its count and [`Candle`] as last applied.

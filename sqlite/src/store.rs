@@ -360,6 +360,11 @@ struct Writer {
 pub struct SqliteStore {
     writer: Arc<Mutex<Writer>>,
     readers: Arc<Pool>,
+    /// Kept only to read `PRAGMA data_version` ([`ReadStore::version`]):
+    /// SQLite's count is per connection (it changes when any *other*
+    /// connection commits), so every stamp must come from this one, which
+    /// never writes.
+    stamp: Arc<Mutex<Connection>>,
     limits: RateLog,
     pub(crate) accounts: crate::accounts::Accounts,
     pub(crate) exports: crate::exports::ExportJobs,
@@ -400,6 +405,7 @@ impl SqliteStore {
                 conn,
                 sids: FxHashMap::default(),
             })),
+            stamp: Arc::new(Mutex::new(open(&path, Durability::Normal)?)),
             readers: Arc::new(Pool::new(path, Durability::Normal)),
             limits,
             accounts,
@@ -1091,6 +1097,23 @@ fn range_params(id: &str, r: &Range) -> (String, i64, i64, i64) {
 
 #[async_trait]
 impl ReadStore for SqliteStore {
+    /// A few microseconds: the statement is prepared once, and reading it
+    /// opens a read transaction, which in WAL mode looks at the shared
+    /// index header and waits for no writer.
+    fn version(&self) -> Option<u64> {
+        let conn = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
+        let stamp = conn
+            .prepare_cached("PRAGMA data_version")
+            .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)));
+        match stamp {
+            Ok(v) => Some(v as u64),
+            Err(e) => {
+                tracing::warn!(error = %e, "reading the store's data_version failed");
+                None
+            }
+        }
+    }
+
     async fn prices(&self, token_id: &str, range: Range) -> CResult<Vec<PricePoint>> {
         let p = range_params(token_id, &range);
         let limit = range.limit;

@@ -9,9 +9,10 @@ use hindsight_api::catalog::Catalog;
 use hindsight_api::cursor::CursorKeys;
 use hindsight_api::dashboard::DashboardConfig;
 use hindsight_api::jobs::{self, JobConfig, Jobs};
+use hindsight_api::page_cache::PageCache;
 use hindsight_api::plans::Plans;
 use hindsight_api::usage::UsageMeter;
-use hindsight_api::ApiState;
+use hindsight_api::{ApiParts, ApiState};
 use hindsight_contracts::{ExportJobStore, Store};
 use hindsight_schemas::time::Clock;
 use std::io::Write;
@@ -33,6 +34,8 @@ pub struct ApiConfig {
     pub dashboard: DashboardConfig,
     /// How export jobs run (`--export-*` flags).
     pub export_jobs: JobConfig,
+    /// Bytes of history pages kept encoded (`--page-cache-mb`; 0: none).
+    pub page_cache_bytes: usize,
 }
 
 /// File of the data directory holding the generated cursor secret.
@@ -102,7 +105,7 @@ pub async fn router(
     let catalog = Catalog::new(store.clone());
     catalog.refresh().await?;
     catalog.spawn_refresher(CATALOG_REFRESH);
-    let state = ApiState {
+    let state: ApiState = ApiParts {
         store: store.clone(),
         keys: store.clone(),
         accounts: store.clone(),
@@ -112,9 +115,11 @@ pub async fn router(
         catalog,
         clock: cfg.clock.clone(),
         cursors: cfg.cursors.clone(),
+        pages: Arc::new(PageCache::new(cfg.page_cache_bytes)),
         exports: Default::default(),
         jobs: Jobs::new(jobs, cfg.export_jobs.clone()),
-    };
+    }
+    .into();
     jobs::spawn_worker(state.clone());
     let usage = state.usage.clone();
     Ok((hindsight_api::router(state), usage))

@@ -146,6 +146,9 @@ fn known_series() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
             out.push((tm::API_EXPORTS_CUT, labels));
         }
     }
+    for result in ["hit", "miss"] {
+        out.push(one(tm::API_PAGE_CACHE, "result", result));
+    }
     for state in ["queued", "running", "done", "failed", "expired"] {
         out.push(one(tm::API_EXPORT_JOBS, "state", state));
     }

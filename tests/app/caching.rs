@@ -218,3 +218,40 @@ async fn a_page_is_cached_long_only_once_the_projector_has_passed_it() {
     }
     app.stop().await;
 }
+
+/// The API's page cache (`hindsight_api::page_cache`): a page asked again
+/// while the store is unchanged is the kept one, byte for byte, counted as
+/// a hit; a write to the store (a late tick into the page) empties it, and
+/// the next answer is the new content.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unchanged_store_serves_the_kept_page_and_a_write_replaces_it() {
+    let app = seeded("page-cache").await;
+    let hits = r#"hindsight_api_page_cache_total{result="hit"}"#;
+    let page = prices(DAY, DAY + 3600, "&limit=3");
+    let (status, h, first) = fetch(&app, &page, None).await;
+    assert_eq!(status, 200);
+    let etag = header(&h, "etag").to_string();
+    let before = metric_value(&app.ops, hits).await;
+    for _ in 0..5 {
+        let (status, h, body) = fetch(&app, &page, None).await;
+        assert_eq!(
+            (status, header(&h, "etag"), &body),
+            (200, etag.as_str(), &first)
+        );
+    }
+    let after = metric_value(&app.ops, hits).await;
+    assert!(
+        after > before,
+        "no page served from the cache: {before} → {after}"
+    );
+
+    let (status, _) = ingest(&app, price_line("m1", "m1-yes", DAY + 90, 0.9)).await;
+    assert_eq!(status, 200);
+    let (_, late) = changed(&app, &page, &etag).await;
+    let p = late["data"][1]["p"].as_f64().unwrap();
+    assert!(
+        (p - 0.7).abs() < 1e-9,
+        "0.5 and 0.9 averaged in minute 1: {p}"
+    );
+    app.stop().await;
+}

@@ -16,7 +16,7 @@
 use super::path_id;
 use crate::auth::Caller;
 use crate::error::ApiError;
-use crate::page::{self, Carry, Gap, Meta, Page, Point, TokenSeries};
+use crate::page::{self, Carry, Gap, Meta, Page, Point, Sealed, TokenSeries};
 use crate::plans::DataPoint;
 use crate::query::{BookAtQuery, Fill, FillParam, HistoryPage, HistoryQuery, TradesQuery};
 use crate::ApiState;
@@ -46,6 +46,19 @@ fn check(caller: &Caller, point: DataPoint, q: &HistoryQuery) -> Result<(), ApiE
     caller
         .plan
         .check_history(point, q.resolution, q.start, caller.now)
+}
+
+/// Serves the page `build` makes through the page cache, kept under this
+/// request's key: the handler has checked the plan, so only the reads and
+/// the encoding are skipped on a hit.
+async fn cached(
+    state: &ApiState,
+    q: &HistoryQuery,
+    (route, id): (&str, &str),
+    build: impl std::future::Future<Output = Result<Page, ApiError>>,
+) -> Result<Sealed, ApiError> {
+    let key = q.cache_key(route, id);
+    state.pages.serve(state.store.as_ref(), key, build).await
 }
 
 pub(super) async fn token(state: &ApiState, token_id: String) -> Result<TokenRef, ApiError> {
@@ -231,12 +244,12 @@ pub(crate) async fn candles_with_trades(
     Ok(points)
 }
 
-/// A token page of a prices-like series (prices, candles): gated as
-/// prices, gaps filled when asked.
+/// A token page of a prices-like series (prices, candles) at `res`, gaps
+/// filled when asked.
 async fn filled_token_page<P, F, Fut, G, GFut>(
     state: &ApiState,
     caller: &Caller,
-    token_id: String,
+    (token_id, res): (String, Resolution),
     q: &HistoryQuery,
     route: &str,
     reads: (F, G),
@@ -248,8 +261,6 @@ where
     G: Fn(String, read::Range) -> GFut + Copy,
     GFut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
 {
-    let res = q.bucket()?;
-    check(caller, DataPoint::Prices, q)?;
     let token = token(state, token_id).await?;
     let bound = token_bound(state, caller, q, &token).await?;
     token_page(q, res, route, token, |id, range| {
@@ -258,12 +269,12 @@ where
     .await
 }
 
-/// A market page of a prices-like series (`routes`: the market route and
-/// its token route).
+/// A market page of a prices-like series at `res` (`routes`: the market
+/// route and its token route).
 async fn filled_market_page<P, F, Fut, G, GFut>(
     state: &ApiState,
     caller: &Caller,
-    id_or_slug: String,
+    (id_or_slug, res): (String, Resolution),
     q: &HistoryQuery,
     (route, single_route): (&str, &str),
     reads: (F, G),
@@ -275,8 +286,6 @@ where
     G: Fn(String, read::Range) -> GFut + Copy,
     GFut: std::future::Future<Output = hindsight_contracts::Result<Vec<P>>>,
 {
-    let res = q.bucket()?;
-    check(caller, DataPoint::Prices, q)?;
     let market = market(state, id_or_slug).await?;
     let bound = bound(caller, &market);
     market_page(&market, q, res, route, single_route, |id, range| {
@@ -440,23 +449,20 @@ pub async fn token_prices(
     caller: Caller,
     Path(token_id): Path<String>,
     q: HistoryQuery,
-) -> Result<Page, ApiError> {
-    if q.resolution == Granularity::Tick {
-        check(&caller, DataPoint::Prices, &q)?;
-        q.no_fill()?;
-        let token = token(&state, token_id).await?;
-        return tick_page(&state, &q, TOKEN_PRICES, token, TickKind::Price).await;
-    }
-    let store = &state.store;
-    let prices = |id: String, range| async move { store.prices(&id, range).await };
-    filled_token_page(
-        &state,
-        &caller,
-        token_id,
-        &q,
-        TOKEN_PRICES,
-        (prices, prices),
-    )
+) -> Result<Sealed, ApiError> {
+    check(&caller, DataPoint::Prices, &q)?;
+    let id = token_id.clone();
+    cached(&state, &q, (TOKEN_PRICES, &id), async {
+        let Granularity::Bucket(res) = q.resolution else {
+            q.no_fill()?;
+            let token = token(&state, token_id).await?;
+            return tick_page(&state, &q, TOKEN_PRICES, token, TickKind::Price).await;
+        };
+        let store = &state.store;
+        let prices = |id: String, range| async move { store.prices(&id, range).await };
+        let series = (token_id, res);
+        filled_token_page(&state, &caller, series, &q, TOKEN_PRICES, (prices, prices)).await
+    })
     .await
 }
 
@@ -472,16 +478,20 @@ pub async fn token_books(
     caller: Caller,
     Path(token_id): Path<String>,
     q: HistoryQuery,
-) -> Result<Page, ApiError> {
+) -> Result<Sealed, ApiError> {
     check(&caller, DataPoint::Books, &q)?;
     q.no_fill()?;
-    let token = token(&state, token_id).await?;
-    let Granularity::Bucket(res) = q.resolution else {
-        return tick_page(&state, &q, TOKEN_BOOKS, token, TickKind::Book).await;
-    };
-    let store = &state.store;
-    token_page(&q, res, TOKEN_BOOKS, token, |id, range| async move {
-        store.books(&id, range).await
+    let id = token_id.clone();
+    cached(&state, &q, (TOKEN_BOOKS, &id), async {
+        let token = token(&state, token_id).await?;
+        let Granularity::Bucket(res) = q.resolution else {
+            return tick_page(&state, &q, TOKEN_BOOKS, token, TickKind::Book).await;
+        };
+        let store = &state.store;
+        token_page(&q, res, TOKEN_BOOKS, token, |id, range| async move {
+            store.books(&id, range).await
+        })
+        .await
     })
     .await
 }
@@ -498,11 +508,17 @@ pub async fn market_prices(
     caller: Caller,
     Path(id_or_slug): Path<String>,
     q: HistoryQuery,
-) -> Result<Page, ApiError> {
-    let store = &state.store;
-    let prices = |id: String, range| async move { store.prices(&id, range).await };
-    let routes = (MARKET_PRICES, TOKEN_PRICES);
-    filled_market_page(&state, &caller, id_or_slug, &q, routes, (prices, prices)).await
+) -> Result<Sealed, ApiError> {
+    let res = q.bucket()?;
+    check(&caller, DataPoint::Prices, &q)?;
+    let id = id_or_slug.clone();
+    cached(&state, &q, (MARKET_PRICES, &id), async {
+        let store = &state.store;
+        let prices = |id: String, range| async move { store.prices(&id, range).await };
+        let (routes, series) = ((MARKET_PRICES, TOKEN_PRICES), (id_or_slug, res));
+        filled_market_page(&state, &caller, series, &q, routes, (prices, prices)).await
+    })
+    .await
 }
 
 /// Order-book history for every token of a market, keyed by token label
@@ -517,20 +533,24 @@ pub async fn market_books(
     caller: Caller,
     Path(id_or_slug): Path<String>,
     q: HistoryQuery,
-) -> Result<Page, ApiError> {
+) -> Result<Sealed, ApiError> {
     let res = q.bucket()?;
     check(&caller, DataPoint::Books, &q)?;
     q.no_fill()?;
-    let market = market(&state, id_or_slug).await?;
-    let store = &state.store;
-    market_page(
-        &market,
-        &q,
-        res,
-        MARKET_BOOKS,
-        TOKEN_BOOKS,
-        |id, range| async move { store.books(&id, range).await },
-    )
+    let id = id_or_slug.clone();
+    cached(&state, &q, (MARKET_BOOKS, &id), async {
+        let market = market(&state, id_or_slug).await?;
+        let store = &state.store;
+        market_page(
+            &market,
+            &q,
+            res,
+            MARKET_BOOKS,
+            TOKEN_BOOKS,
+            |id, range| async move { store.books(&id, range).await },
+        )
+        .await
+    })
     .await
 }
 
@@ -545,22 +565,26 @@ pub async fn market_metrics(
     caller: Caller,
     Path(id_or_slug): Path<String>,
     q: HistoryQuery,
-) -> Result<Page, ApiError> {
+) -> Result<Sealed, ApiError> {
     let res = q.bucket()?;
     check(&caller, DataPoint::Metrics, &q)?;
     q.no_fill()?;
-    let market = market(&state, id_or_slug).await?;
-    let page = q.page(MARKET_METRICS, &market.id)?;
-    let mut points = state
-        .store
-        .metrics(&market.id, q.range(res, &page, q.limit))
-        .await?;
-    let (next, closed) = cut(&mut points, q.limit, q.end, read::MetricsPoint::t);
-    let head = [
-        ("market_id", market.id.as_str()),
-        ("resolution", q.resolution.as_str()),
-    ];
-    page::series(&head, &points, &meta(&q, &page, points.len(), next), closed)
+    let id = id_or_slug.clone();
+    cached(&state, &q, (MARKET_METRICS, &id), async {
+        let market = market(&state, id_or_slug).await?;
+        let page = q.page(MARKET_METRICS, &market.id)?;
+        let mut points = state
+            .store
+            .metrics(&market.id, q.range(res, &page, q.limit))
+            .await?;
+        let (next, closed) = cut(&mut points, q.limit, q.end, read::MetricsPoint::t);
+        let head = [
+            ("market_id", market.id.as_str()),
+            ("resolution", q.resolution.as_str()),
+        ];
+        page::series(&head, &points, &meta(&q, &page, points.len(), next), closed)
+    })
+    .await
 }
 
 /// One token's tick-level page of `kind`, paged by the ticks' keys. The
@@ -608,11 +632,15 @@ pub async fn token_trades(
     caller: Caller,
     Path(token_id): Path<String>,
     TradesQuery(q): TradesQuery,
-) -> Result<Page, ApiError> {
+) -> Result<Sealed, ApiError> {
     caller.plan.check_point(DataPoint::Trades)?;
     caller.plan.check_since(q.start, caller.now)?;
-    let token = token(&state, token_id).await?;
-    tick_page(&state, &q, TOKEN_TRADES, token, TickKind::Trade).await
+    let id = token_id.clone();
+    cached(&state, &q, (TOKEN_TRADES, &id), async {
+        let token = token(&state, token_id).await?;
+        tick_page(&state, &q, TOKEN_TRADES, token, TickKind::Trade).await
+    })
+    .await
 }
 
 /// The book at a moment, for the plan: the `ts` asked must lie within its
@@ -729,13 +757,20 @@ pub async fn token_candles(
     caller: Caller,
     Path(token_id): Path<String>,
     q: HistoryQuery,
-) -> Result<Page, ApiError> {
-    let store = &*state.store;
-    let reads = (
-        |id: String, range| async move { candles_with_trades(store, &id, range).await },
-        |id: String, range| async move { store.candles(&id, range).await },
-    );
-    filled_token_page(&state, &caller, token_id, &q, TOKEN_CANDLES, reads).await
+) -> Result<Sealed, ApiError> {
+    let res = q.bucket()?;
+    check(&caller, DataPoint::Prices, &q)?;
+    let id = token_id.clone();
+    cached(&state, &q, (TOKEN_CANDLES, &id), async {
+        let store = &*state.store;
+        let reads = (
+            |id: String, range| async move { candles_with_trades(store, &id, range).await },
+            |id: String, range| async move { store.candles(&id, range).await },
+        );
+        let series = (token_id, res);
+        filled_token_page(&state, &caller, series, &q, TOKEN_CANDLES, reads).await
+    })
+    .await
 }
 
 /// Candles of every token of a market, keyed by token label (paged as the
@@ -751,14 +786,20 @@ pub async fn market_candles(
     caller: Caller,
     Path(id_or_slug): Path<String>,
     q: HistoryQuery,
-) -> Result<Page, ApiError> {
-    let store = &*state.store;
-    let reads = (
-        |id: String, range| async move { candles_with_trades(store, &id, range).await },
-        |id: String, range| async move { store.candles(&id, range).await },
-    );
-    let routes = (MARKET_CANDLES, TOKEN_CANDLES);
-    filled_market_page(&state, &caller, id_or_slug, &q, routes, reads).await
+) -> Result<Sealed, ApiError> {
+    let res = q.bucket()?;
+    check(&caller, DataPoint::Prices, &q)?;
+    let id = id_or_slug.clone();
+    cached(&state, &q, (MARKET_CANDLES, &id), async {
+        let store = &*state.store;
+        let reads = (
+            |id: String, range| async move { candles_with_trades(store, &id, range).await },
+            |id: String, range| async move { store.candles(&id, range).await },
+        );
+        let (routes, series) = ((MARKET_CANDLES, TOKEN_CANDLES), (id_or_slug, res));
+        filled_market_page(&state, &caller, series, &q, routes, reads).await
+    })
+    .await
 }
 
 #[cfg(test)]

@@ -615,6 +615,56 @@ pub async fn rows_are_whole_and_last_applied_wins(
     })
 }
 
+/// [`ReadStore::version`]: a stamp read after a write committed (bucket
+/// rows, then a catalog record) differs from the stamp read before it, on
+/// the other handle; a backend answering `None` tells nothing and is not
+/// cached by the API. (Other checks write to the same store meanwhile, so
+/// a stamp that moved without this check's write is within the contract.)
+pub async fn version_moves_with_every_committed_write(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let tok = format!("{prefix}-tok");
+    let before = b.version();
+    write(a, vec![price_row(&tok, Resolution::M1, T0, 0.5, 1, 1)]).await?;
+    let after_rows = b.version();
+    if let (Some(x), Some(y)) = (before, after_rows) {
+        ensure(x != y, || {
+            format!("the stamp stayed {x} across a committed write of bucket rows")
+        })?;
+    }
+    let m = format!("{prefix}-m");
+    let t = yes_no(&m);
+    let tokens = [(t[0].0.as_str(), t[0].1), (t[1].0.as_str(), t[1].1)];
+    let record = market(&m, &format!("{prefix}-slug"), "q", T0, &tokens);
+    put(
+        a,
+        vec![(pos(own_partition(prefix, 0), 1), Event::Market(record))],
+    )
+    .await?;
+    let after_catalog = b.version();
+    if let (Some(x), Some(y)) = (after_rows, after_catalog) {
+        ensure(x != y, || {
+            format!("the stamp stayed {x} across a committed catalog record")
+        })?;
+    }
+    // What the stamps vouch for is there to read.
+    let got = b.prices(
+        &tok,
+        Range {
+            res: Resolution::M1,
+            start: Timestamp(T0),
+            end: Timestamp(T0 + 60_000),
+            limit: 10,
+        },
+    );
+    let got = got.await.map_err(store_err)?;
+    ensure(got.len() == 1, || {
+        format!("the written bucket reads as {got:?}")
+    })
+}
+
 /// `committed` reports, per partition, the position after the last one
 /// consumed; each partition moves on its own; a repeated write is a no-op.
 pub async fn committed_positions_per_partition(
