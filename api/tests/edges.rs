@@ -5,14 +5,13 @@
 use axum::body::Body;
 use axum::http::{header, HeaderMap, Request, StatusCode};
 use axum::Router;
-use hindsight_api::catalog::Catalog;
-use hindsight_api::cursor::CursorKeys;
-use hindsight_api::plans::Plans;
-use hindsight_api::{keys, router, ApiParts};
+use hindsight_api::{keys, router};
 use hindsight_contracts::{AuthStore, ReadStore};
 use hindsight_sqlite::SqliteStore;
 use std::sync::Arc;
 use tower::ServiceExt;
+
+mod common;
 
 const KEY: &str = "hsk_edges_test_key";
 
@@ -29,30 +28,7 @@ async fn api() -> Api {
         .await
         .unwrap();
     let read: Arc<dyn ReadStore> = store.clone();
-    let app = router(
-        ApiParts {
-            catalog: Catalog::new(read.clone()),
-            store: read,
-            keys: store.clone(),
-            accounts: store.clone(),
-            usage: hindsight_api::usage::UsageMeter::new(store),
-            dashboard: Default::default(),
-            plans: Arc::new(Plans::default()),
-            clock: Arc::new(hindsight_schemas::time::SystemClock),
-            cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
-            pages: Arc::new(hindsight_api::page_cache::PageCache::new(0)),
-            exports: Default::default(),
-            // Export jobs in a directory that outlives the router.
-            jobs: hindsight_api::jobs::Jobs::new(
-                Arc::new(
-                    hindsight_sqlite::SqliteStore::open(&tempfile::tempdir().unwrap().keep())
-                        .unwrap(),
-                ),
-                Default::default(),
-            ),
-        }
-        .into(),
-    );
+    let app = router(common::parts(read, store.clone(), store).into());
     Api { app, _dir: dir }
 }
 

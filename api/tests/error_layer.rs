@@ -5,16 +5,15 @@
 use async_trait::async_trait;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use hindsight_api::catalog::Catalog;
-use hindsight_api::cursor::CursorKeys;
-use hindsight_api::plans::Plans;
-use hindsight_api::{keys, router, ApiParts, ApiState};
+use hindsight_api::{keys, router, ApiState};
 use hindsight_contracts::*;
 use hindsight_schemas::{MarketRecord, Timestamp};
 use metrics_exporter_prometheus::PrometheusBuilder;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 use tower::ServiceExt;
+
+mod common;
 
 const KEY: &str = "hsk_error_layer_test";
 
@@ -132,30 +131,11 @@ async fn request(path: &str, fail_keys: bool) -> Outcome {
     let store: Arc<dyn ReadStore> = Arc::new(DownStore);
     let accounts_dir = tempfile::tempdir().unwrap();
     let accounts = Arc::new(hindsight_sqlite::SqliteStore::open(accounts_dir.path()).unwrap());
-    let state: ApiState = ApiParts {
-        catalog: Catalog::new(store.clone()),
-        store,
-        keys: Arc::new(Keys {
-            key: keys::record_for(KEY, "org", "enterprise"),
-            fail: fail_keys,
-        }),
-        accounts: accounts.clone(),
-        usage: hindsight_api::usage::UsageMeter::new(accounts),
-        dashboard: Default::default(),
-        plans: Arc::new(Plans::default()),
-        clock: Arc::new(hindsight_schemas::time::SystemClock),
-        cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
-        pages: Arc::new(hindsight_api::page_cache::PageCache::new(0)),
-        exports: Default::default(),
-        // Export jobs in a directory that outlives the router.
-        jobs: hindsight_api::jobs::Jobs::new(
-            Arc::new(
-                hindsight_sqlite::SqliteStore::open(&tempfile::tempdir().unwrap().keep()).unwrap(),
-            ),
-            Default::default(),
-        ),
-    }
-    .into();
+    let auth = Arc::new(Keys {
+        key: keys::record_for(KEY, "org", "enterprise"),
+        fail: fail_keys,
+    });
+    let state: ApiState = common::parts(store, auth, accounts).into();
     let response = router(state)
         .oneshot(
             Request::get(path)

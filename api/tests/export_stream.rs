@@ -9,9 +9,6 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use axum::response::Response;
 use futures_util::StreamExt;
-use hindsight_api::catalog::Catalog;
-use hindsight_api::cursor::CursorKeys;
-use hindsight_api::plans::Plans;
 use hindsight_api::routes::export::{ExportSlots, CHUNK, CONCURRENT_EXPORTS};
 use hindsight_api::{keys, router, ApiParts};
 use hindsight_contracts::*;
@@ -20,6 +17,8 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use tower::ServiceExt;
+
+mod common;
 
 const KEY: &str = "hsk_export_stream_test";
 /// 2025-09-01T00:00:00Z
@@ -134,27 +133,11 @@ fn app(store: Minutes, slots: ExportSlots) -> axum::Router {
     let accounts = Arc::new(
         hindsight_sqlite::SqliteStore::open(&tempfile::tempdir().unwrap().keep()).unwrap(),
     );
+    let auth = Arc::new(Keys(keys::record_for(KEY, "org", "enterprise")));
     router(
         ApiParts {
-            accounts: accounts.clone(),
-            usage: hindsight_api::usage::UsageMeter::new(accounts),
-            dashboard: Default::default(),
-            catalog: Catalog::new(store.clone()),
-            store,
-            keys: Arc::new(Keys(keys::record_for(KEY, "org", "enterprise"))),
-            plans: Arc::new(Plans::default()),
-            clock: Arc::new(hindsight_schemas::time::SystemClock),
-            cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
-            pages: Arc::new(hindsight_api::page_cache::PageCache::new(0)),
             exports: slots,
-            // Export jobs in a directory that outlives the router.
-            jobs: hindsight_api::jobs::Jobs::new(
-                Arc::new(
-                    hindsight_sqlite::SqliteStore::open(&tempfile::tempdir().unwrap().keep())
-                        .unwrap(),
-                ),
-                Default::default(),
-            ),
+            ..common::parts(store, auth, accounts)
         }
         .into(),
     )
