@@ -49,7 +49,7 @@ impl Embedded {
                 .map_err(anyhow::Error::msg)?,
             dashboard: Default::default(),
             export_jobs: Default::default(),
-            page_cache_bytes: hindsight_api::page_cache::DEFAULT_BYTES,
+            page_cache_bytes: hindsight_api::cache::DEFAULT_PAGE_BYTES,
         };
         let (routes, usage) =
             crate::services::api::router(&cfg, self.store.clone(), self.store.clone()).await?;

@@ -27,6 +27,7 @@
 //! Modules depend one way: `rate` ← `error` ← `plans` ← `auth` ← `routes`.
 
 pub mod auth;
+pub mod cache;
 pub mod catalog;
 pub mod conditional;
 pub mod cursor;
@@ -37,7 +38,6 @@ pub mod jobs;
 pub mod keys;
 pub mod openapi;
 pub mod page;
-pub mod page_cache;
 pub mod plans;
 pub mod query;
 pub mod rate;
@@ -94,7 +94,9 @@ pub struct ApiParts {
     /// Signs and checks pagination cursors; the same on every replica.
     pub cursors: cursor::CursorKeys,
     /// History pages kept encoded while the store is unchanged.
-    pub pages: Arc<page_cache::PageCache>,
+    pub pages: Arc<cache::Cache<page::Sealed>>,
+    /// Key records as `keys` answered them, kept while it is unchanged.
+    pub known_keys: Arc<cache::Cache<hindsight_contracts::ApiKeyRecord>>,
     /// The bulk exports this replica may run at once.
     pub exports: routes::export::ExportSlots,
     /// Export jobs: their store and how they run.

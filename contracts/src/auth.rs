@@ -77,6 +77,15 @@ pub struct RateHits {
 ///   after.
 #[async_trait]
 pub trait AuthStore: Send + Sync {
+    /// A stamp of the keys: once a `put_key` (a new key, a revocation) has
+    /// committed through any handle, in any process, a stamp read after it
+    /// differs from every stamp read before it. `None`: the backend cannot
+    /// tell at the cost of [`crate::ReadStore::version`], whose contract
+    /// this is for keys (the API keeps the key records it read while the
+    /// stamp stands, `hindsight_api::cache`).
+    fn version(&self) -> Option<u64> {
+        None
+    }
     async fn put_key(&self, key: ApiKeyRecord) -> Result<()>;
     async fn key_by_hash(&self, hash: [u8; 32]) -> Result<Option<ApiKeyRecord>>;
     async fn list_keys(&self) -> Result<Vec<ApiKeyRecord>>;

@@ -1095,12 +1095,13 @@ fn range_params(id: &str, r: &Range) -> (String, i64, i64, i64) {
     )
 }
 
-#[async_trait]
-impl ReadStore for SqliteStore {
-    /// A few microseconds: the statement is prepared once, and reading it
-    /// opens a read transaction, which in WAL mode looks at the shared
-    /// index header and waits for no writer.
-    fn version(&self) -> Option<u64> {
+impl SqliteStore {
+    /// The stamp of everything in `store.db` (buckets, ticks, catalog,
+    /// keys): [`ReadStore::version`] and [`AuthStore::version`]. A few
+    /// microseconds: the statement is prepared once, and reading it opens
+    /// a read transaction, which in WAL mode looks at the shared index
+    /// header and waits for no writer.
+    fn stamp(&self) -> Option<u64> {
         let conn = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
         let stamp = conn
             .prepare_cached("PRAGMA data_version")
@@ -1112,6 +1113,13 @@ impl ReadStore for SqliteStore {
                 None
             }
         }
+    }
+}
+
+#[async_trait]
+impl ReadStore for SqliteStore {
+    fn version(&self) -> Option<u64> {
+        self.stamp()
     }
 
     async fn prices(&self, token_id: &str, range: Range) -> CResult<Vec<PricePoint>> {
@@ -1393,6 +1401,10 @@ fn key_from_row(r: &rusqlite::Row) -> Result<ApiKeyRecord> {
 
 #[async_trait]
 impl AuthStore for SqliteStore {
+    fn version(&self) -> Option<u64> {
+        self.stamp()
+    }
+
     async fn put_key(&self, key: ApiKeyRecord) -> CResult<()> {
         self.write("put_key", move |w| {
             w.conn.execute(

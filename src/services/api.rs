@@ -5,11 +5,11 @@ use super::{Listeners, Service};
 use crate::backends::{BackendConfig, Backends};
 use anyhow::{anyhow, bail, Context};
 use axum::Router;
+use hindsight_api::cache::{Cache, KEY_BYTES};
 use hindsight_api::catalog::Catalog;
 use hindsight_api::cursor::CursorKeys;
 use hindsight_api::dashboard::DashboardConfig;
 use hindsight_api::jobs::{self, JobConfig, Jobs};
-use hindsight_api::page_cache::PageCache;
 use hindsight_api::plans::Plans;
 use hindsight_api::usage::UsageMeter;
 use hindsight_api::{ApiParts, ApiState};
@@ -115,7 +115,8 @@ pub async fn router(
         catalog,
         clock: cfg.clock.clone(),
         cursors: cfg.cursors.clone(),
-        pages: Arc::new(PageCache::new(cfg.page_cache_bytes)),
+        pages: Arc::new(Cache::new("pages", cfg.page_cache_bytes)),
+        known_keys: Arc::new(Cache::new("keys", KEY_BYTES)),
         exports: Default::default(),
         jobs: Jobs::new(jobs, cfg.export_jobs.clone()),
     }

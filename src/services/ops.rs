@@ -146,8 +146,11 @@ fn known_series() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
             out.push((tm::API_EXPORTS_CUT, labels));
         }
     }
-    for result in ["hit", "miss"] {
-        out.push(one(tm::API_PAGE_CACHE, "result", result));
+    for cache in ["pages", "keys"] {
+        for result in ["hit", "miss"] {
+            let labels = vec![("cache", cache.to_string()), ("result", result.to_string())];
+            out.push((tm::API_CACHE, labels));
+        }
     }
     for state in ["queued", "running", "done", "failed", "expired"] {
         out.push(one(tm::API_EXPORT_JOBS, "state", state));

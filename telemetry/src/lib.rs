@@ -83,12 +83,13 @@ pub const API_AUTH_FAILURES: &str = "hindsight_api_auth_failures_total";
 pub const API_FORBIDDEN: &str = "hindsight_api_forbidden_total";
 /// Requests refused for exceeding the rate limit (429).
 pub const API_RATE_LIMITED: &str = "hindsight_api_rate_limited_total";
-/// History pages asked of the page cache, by `result`: `hit` (served
-/// kept), `miss` (built, then kept). Pages the cache never keeps
-/// (`fill=previous`, a store without a stamp) are not counted.
-pub const API_PAGE_CACHE: &str = "hindsight_api_page_cache_total";
-/// Bytes of the pages the page cache keeps (bodies and keys).
-pub const API_PAGE_CACHE_BYTES: &str = "hindsight_api_page_cache_bytes";
+/// Lookups in the API's caches, by `cache` (`pages`: history pages,
+/// `keys`: API key records) and `result` (`hit`: served kept, `miss`: read
+/// from the store). What a cache never keeps (`fill=previous` pages;
+/// anything on a store without a stamp, CQL) is not counted.
+pub const API_CACHE: &str = "hindsight_api_cache_total";
+/// Bytes the API's caches keep, by `cache`.
+pub const API_CACHE_BYTES: &str = "hindsight_api_cache_bytes";
 /// Requests that failed on our side (500), by `route` and `cause` (`store`,
 /// `invariant`); each is also logged once with its cause.
 pub const API_INTERNAL_ERRORS: &str = "hindsight_api_internal_errors_total";
@@ -246,14 +247,14 @@ pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
         "API requests refused for exceeding the rate limit (429).",
     ),
     (
-        API_PAGE_CACHE,
+        API_CACHE,
         Unit::Count,
-        "History pages asked of the page cache, by result (hit, miss).",
+        "Lookups in the API's caches, by cache (pages, keys) and result (hit, miss).",
     ),
     (
-        API_PAGE_CACHE_BYTES,
+        API_CACHE_BYTES,
         Unit::Bytes,
-        "Bytes of the pages the page cache keeps.",
+        "Bytes the API's caches keep, by cache.",
     ),
     (
         API_INTERNAL_ERRORS,

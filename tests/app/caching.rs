@@ -219,19 +219,22 @@ async fn a_page_is_cached_long_only_once_the_projector_has_passed_it() {
     app.stop().await;
 }
 
-/// The API's page cache (`hindsight_api::page_cache`): a page asked again
-/// while the store is unchanged is the kept one, byte for byte, counted as
-/// a hit; a write to the store (a late tick into the page) empties it, and
-/// the next answer is the new content.
+/// The API's caches (`hindsight_api::cache`): a page asked again while the
+/// store is unchanged is the kept one, byte for byte, counted as a hit (and
+/// so is its key); a write to the store (a late tick into the page) empties
+/// it, and the next answer is the new content. (A key revoked or moved to
+/// another plan by another process takes effect at once: `api_contract`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unchanged_store_serves_the_kept_page_and_a_write_replaces_it() {
     let app = seeded("page-cache").await;
-    let hits = r#"hindsight_api_page_cache_total{result="hit"}"#;
+    let hits = r#"hindsight_api_cache_total{cache="pages",result="hit"}"#;
+    let key_hits = r#"hindsight_api_cache_total{cache="keys",result="hit"}"#;
     let page = prices(DAY, DAY + 3600, "&limit=3");
     let (status, h, first) = fetch(&app, &page, None).await;
     assert_eq!(status, 200);
     let etag = header(&h, "etag").to_string();
     let before = metric_value(&app.ops, hits).await;
+    let keys_before = metric_value(&app.ops, key_hits).await;
     for _ in 0..5 {
         let (status, h, body) = fetch(&app, &page, None).await;
         assert_eq!(
@@ -243,6 +246,11 @@ async fn an_unchanged_store_serves_the_kept_page_and_a_write_replaces_it() {
     assert!(
         after > before,
         "no page served from the cache: {before} → {after}"
+    );
+    let keys_after = metric_value(&app.ops, key_hits).await;
+    assert!(
+        keys_after > keys_before,
+        "the key was read from the store every time: {keys_before} → {keys_after}"
     );
 
     let (status, _) = ingest(&app, price_line("m1", "m1-yes", DAY + 90, 0.9)).await;

@@ -165,7 +165,7 @@ pub fn api_config(opts: &Options, clock: &Arc<ManualClock>, dir: &Path) -> ApiCo
             .unwrap(),
         dashboard: Default::default(),
         export_jobs: opts.export_jobs.clone(),
-        page_cache_bytes: hindsight_api::page_cache::DEFAULT_BYTES,
+        page_cache_bytes: hindsight_api::cache::DEFAULT_PAGE_BYTES,
     }
 }
 
@@ -260,7 +260,7 @@ pub async fn spawn_api_replica(app: &TestApp, cursor_secrets: &[&str]) -> Replic
             .unwrap(),
         dashboard: Default::default(),
         export_jobs: Options::default().export_jobs,
-        page_cache_bytes: hindsight_api::page_cache::DEFAULT_BYTES,
+        page_cache_bytes: hindsight_api::cache::DEFAULT_PAGE_BYTES,
     };
     let listeners = Listeners {
         service: port0().await,

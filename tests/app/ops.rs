@@ -53,7 +53,7 @@ async fn every_service_serves_metrics_promtool_accepts_and_probes() {
         cursors: services::api::cursor_keys(&[], &BackendConfig::embedded(&dir)).unwrap(),
         dashboard: Default::default(),
         export_jobs: Default::default(),
-        page_cache_bytes: hindsight_api::page_cache::DEFAULT_BYTES,
+        page_cache_bytes: hindsight_api::cache::DEFAULT_PAGE_BYTES,
     };
     let api = services::api::build(&api_cfg, &for_api, with_ops().await)
         .await

@@ -57,8 +57,11 @@ async fn cached(
     (route, id): (&str, &str),
     build: impl std::future::Future<Output = Result<Page, ApiError>>,
 ) -> Result<Sealed, ApiError> {
-    let key = q.cache_key(route, id);
-    state.pages.serve(state.store.as_ref(), key, build).await
+    // The stamp first: it must be read before the page's reads.
+    let stamp = state.store.version();
+    let key = q.cache_key(route, id).map(String::into_bytes);
+    let build = async { build.await.map(Page::seal) };
+    state.pages.serve(stamp, key, build).await
 }
 
 pub(super) async fn token(state: &ApiState, token_id: String) -> Result<TokenRef, ApiError> {

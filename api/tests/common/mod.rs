@@ -1,7 +1,8 @@
 //! The API's state as the in-process tests here build it: the stores they
-//! give, and for the rest what `hindsight api` uses by default (no page
-//! cache, so every answer is read from the test's store).
+//! give, default plans and settings, and no caches (every answer is read
+//! from the test's stores).
 
+use hindsight_api::cache::Cache;
 use hindsight_api::catalog::Catalog;
 use hindsight_api::cursor::CursorKeys;
 use hindsight_api::plans::Plans;
@@ -28,7 +29,8 @@ pub fn parts(
         plans: Arc::new(Plans::default()),
         clock: Arc::new(hindsight_schemas::time::SystemClock),
         cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
-        pages: Arc::new(hindsight_api::page_cache::PageCache::new(0)),
+        pages: Arc::new(Cache::new("pages", 0)),
+        known_keys: Arc::new(Cache::new("keys", 0)),
         exports: Default::default(),
         jobs: hindsight_api::jobs::Jobs::new(
             Arc::new(SqliteStore::open(&tempfile::tempdir().unwrap().keep()).unwrap()),

@@ -615,20 +615,40 @@ pub async fn rows_are_whole_and_last_applied_wins(
     })
 }
 
-/// [`ReadStore::version`]: a stamp read after a write committed (bucket
-/// rows, then a catalog record) differs from the stamp read before it, on
-/// the other handle; a backend answering `None` tells nothing and is not
-/// cached by the API. (Other checks write to the same store meanwhile, so
+/// [`ReadStore::version`] and [`AuthStore::version`]: a stamp read after
+/// a write committed (a key and its revocation; bucket rows, a catalog
+/// record) differs from the stamp read before it, on the other handle; a
+/// backend answering `None` tells nothing, and the API keeps nothing. (Other checks write to the same store meanwhile, so
 /// a stamp that moved without this check's write is within the contract.)
 pub async fn version_moves_with_every_committed_write(
     a: &dyn Backend,
     b: &dyn Backend,
     prefix: &str,
 ) -> Check {
+    let before = AuthStore::version(b);
+    let key = key_record(prefix, [7; 32]);
+    a.put_key(key.clone()).await.map_err(store_err)?;
+    let after_key = AuthStore::version(b);
+    if let (Some(x), Some(y)) = (before, after_key) {
+        ensure(x != y, || {
+            format!("the key stamp stayed {x} across a new key")
+        })?;
+    }
+    let revoked = ApiKeyRecord {
+        revoked_at: Some(Timestamp(T0 + 1)),
+        ..key
+    };
+    a.put_key(revoked).await.map_err(store_err)?;
+    if let (Some(x), Some(y)) = (after_key, AuthStore::version(b)) {
+        ensure(x != y, || {
+            format!("the key stamp stayed {x} across a revocation")
+        })?;
+    }
+
     let tok = format!("{prefix}-tok");
-    let before = b.version();
+    let before = ReadStore::version(b);
     write(a, vec![price_row(&tok, Resolution::M1, T0, 0.5, 1, 1)]).await?;
-    let after_rows = b.version();
+    let after_rows = ReadStore::version(b);
     if let (Some(x), Some(y)) = (before, after_rows) {
         ensure(x != y, || {
             format!("the stamp stayed {x} across a committed write of bucket rows")
@@ -643,7 +663,7 @@ pub async fn version_moves_with_every_committed_write(
         vec![(pos(own_partition(prefix, 0), 1), Event::Market(record))],
     )
     .await?;
-    let after_catalog = b.version();
+    let after_catalog = ReadStore::version(b);
     if let (Some(x), Some(y)) = (after_rows, after_catalog) {
         ensure(x != y, || {
             format!("the stamp stayed {x} across a committed catalog record")

@@ -1,0 +1,257 @@
+//! The API's caches of what the store answered, kept while the store's
+//! stamp says nothing was written since (docs/DESIGN.md, "Caching
+//! history"): encoded history pages, and the API keys requests present.
+//!
+//! Why it is safe: what is kept is a function of its key and the store's
+//! contents — a page of its request (route, the id in the path,
+//! `start_ts`, `end_ts`, `resolution`, `limit`, `cursor`) and the cursor
+//! secret, except with `fill=previous`, which also depends on the clock, so
+//! those pages are never kept; a key record of its hash. The stamp
+//! ([`ReadStore::version`](hindsight_contracts::ReadStore::version),
+//! [`AuthStore::version`](hindsight_contracts::AuthStore::version)) is read
+//! *before* the reads it vouches for, so an answer holding a write that
+//! raced them is kept under the older stamp and is never served again: the
+//! next request reads the new stamp and misses. A revoked key is therefore
+//! refused from the first request after the revocation committed, in every
+//! API process. The plan check, the rate limit and the usage count run on
+//! every request; only the store's reads (and a page's encoding) are
+//! skipped.
+//!
+//! Why it is coarse: one stamp for the whole store, so any committed write
+//! (a projector step, a catalog record, a key) empties a cache. While ticks
+//! stream in, a page lives until the next projector commit; on a quiet
+//! store (a backfilled history, a closed market) it lives until the budget
+//! is full. A backend that cannot stamp cheaply (CQL) answers `None`, and
+//! nothing is kept.
+
+use crate::page::Sealed;
+use hindsight_contracts::ApiKeyRecord;
+use hindsight_telemetry as tm;
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::Mutex;
+
+/// Default page budget: 64 MiB, some 8 000 pages of 200 points.
+pub const DEFAULT_PAGE_BYTES: usize = 64 << 20;
+/// Key budget: 4 MiB, some 20 000 keys.
+pub const KEY_BYTES: usize = 4 << 20;
+
+/// Bytes a kept value costs the budget, near enough.
+pub trait Weigh {
+    fn weight(&self) -> usize;
+}
+
+impl Weigh for Sealed {
+    fn weight(&self) -> usize {
+        self.len()
+    }
+}
+
+impl Weigh for ApiKeyRecord {
+    fn weight(&self) -> usize {
+        std::mem::size_of::<ApiKeyRecord>()
+            + self.key_id.len()
+            + self.organization.len()
+            + self.plan.len()
+    }
+}
+
+/// Values by key, all read under one store stamp.
+pub struct Cache<V> {
+    /// The `cache` label of its metrics: `pages`, `keys`.
+    name: &'static str,
+    budget: usize,
+    inner: Mutex<Inner<V>>,
+}
+
+struct Inner<V> {
+    /// The stamp every kept value was read under.
+    stamp: u64,
+    values: HashMap<Vec<u8>, V>,
+    bytes: usize,
+}
+
+impl<V: Clone + Weigh> Cache<V> {
+    /// A cache of at most `budget` bytes; 0 keeps nothing.
+    pub fn new(name: &'static str, budget: usize) -> Self {
+        Cache {
+            name,
+            budget,
+            inner: Mutex::new(Inner {
+                stamp: 0,
+                values: HashMap::new(),
+                bytes: 0,
+            }),
+        }
+    }
+
+    /// The value for `key`: kept from an earlier request if the store's
+    /// `stamp` (read before `build`'s reads) is still the one it was read
+    /// under, else `build`'s (kept for the next). With no key (a page
+    /// that must always be built) or no stamp, `build`'s, kept for none.
+    pub async fn serve<E>(
+        &self,
+        stamp: Option<u64>,
+        key: Option<Vec<u8>>,
+        build: impl Future<Output = Result<V, E>>,
+    ) -> Result<V, E> {
+        let (Some(stamp), Some(key)) = (stamp.filter(|_| self.budget > 0), key) else {
+            return build.await;
+        };
+        if let Some(value) = self.get(&key, stamp) {
+            return Ok(value);
+        }
+        let value = build.await?;
+        self.put(key, stamp, &value);
+        Ok(value)
+    }
+
+    /// The value kept for `key` under `stamp`, counted as a hit or a miss.
+    pub fn get(&self, key: &[u8], stamp: u64) -> Option<V> {
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.stamp != stamp {
+            // The store changed: nothing kept can be served again.
+            self.clear(&mut inner, stamp);
+        }
+        let found = inner.values.get(key).cloned();
+        let result = if found.is_some() { "hit" } else { "miss" };
+        metrics::counter!(tm::API_CACHE, "cache" => self.name, "result" => result).increment(1);
+        found
+    }
+
+    /// Keeps `value` if the stamp is still the one it was read under. Over
+    /// the budget the cache is emptied first: simpler than an LRU, and a
+    /// store write empties it anyway; a value worth keeping comes back with
+    /// its next request.
+    pub fn put(&self, key: Vec<u8>, stamp: u64, value: &V) {
+        let size = value.weight() + key.len();
+        if size > self.budget / 8 {
+            return;
+        }
+        let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if inner.stamp != stamp {
+            return;
+        }
+        if inner.bytes + size > self.budget {
+            self.clear(&mut inner, stamp);
+        }
+        let key_len = key.len();
+        if let Some(old) = inner.values.insert(key, value.clone()) {
+            inner.bytes -= old.weight() + key_len;
+        }
+        inner.bytes += size;
+        metrics::gauge!(tm::API_CACHE_BYTES, "cache" => self.name).set(inner.bytes as f64);
+    }
+
+    fn clear(&self, inner: &mut Inner<V>, stamp: u64) {
+        inner.stamp = stamp;
+        inner.values.clear();
+        inner.bytes = 0;
+        metrics::gauge!(tm::API_CACHE_BYTES, "cache" => self.name).set(0.0);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::page::Page;
+    use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+    /// A store's stamp, as the test sets it (0: none).
+    #[derive(Default)]
+    struct Stamped(AtomicU64);
+
+    impl Stamped {
+        fn version(&self) -> Option<u64> {
+            match self.0.load(Ordering::SeqCst) {
+                0 => None,
+                v => Some(v),
+            }
+        }
+    }
+
+    /// Serves `key` through `cache`, counting builds in `built`; the body
+    /// names the build that made it.
+    async fn serve(
+        cache: &Cache<Sealed>,
+        store: &Stamped,
+        key: Option<&str>,
+        built: &AtomicUsize,
+    ) -> Vec<u8> {
+        let page = cache
+            .serve(store.version(), key.map(|k| k.as_bytes().to_vec()), async {
+                let n = built.fetch_add(1, Ordering::SeqCst);
+                let body = format!("{{\"build\":{n}}}").into_bytes();
+                Ok::<_, ()>(Page::from_body(body, true).seal())
+            })
+            .await
+            .unwrap();
+        page.body().to_vec()
+    }
+
+    #[tokio::test]
+    async fn a_page_is_built_once_per_request_and_stamp() {
+        let (cache, store, built) = (
+            Cache::new("pages", DEFAULT_PAGE_BYTES),
+            Stamped::default(),
+            AtomicUsize::new(0),
+        );
+        store.0.store(7, Ordering::SeqCst);
+        let first = serve(&cache, &store, Some("a"), &built).await;
+        assert_eq!(serve(&cache, &store, Some("a"), &built).await, first);
+        assert_eq!(built.load(Ordering::SeqCst), 1, "the second was kept");
+        serve(&cache, &store, Some("b"), &built).await;
+        assert_eq!(built.load(Ordering::SeqCst), 2, "another request is built");
+        // A write: the stamp moves and nothing kept is served.
+        store.0.store(8, Ordering::SeqCst);
+        assert_ne!(serve(&cache, &store, Some("a"), &built).await, first);
+        assert_eq!(built.load(Ordering::SeqCst), 3);
+        // No key (fill=previous), or no stamp (CQL): always built.
+        serve(&cache, &store, None, &built).await;
+        serve(&cache, &store, None, &built).await;
+        store.0.store(0, Ordering::SeqCst);
+        serve(&cache, &store, Some("a"), &built).await;
+        serve(&cache, &store, Some("a"), &built).await;
+        assert_eq!(built.load(Ordering::SeqCst), 7);
+    }
+
+    #[tokio::test]
+    async fn a_page_built_across_a_write_is_not_kept() {
+        let (cache, store, built) = (
+            Cache::new("pages", DEFAULT_PAGE_BYTES),
+            Stamped(AtomicU64::new(1)),
+            AtomicUsize::new(0),
+        );
+        // The build reads stamp 1; a write lands while it reads.
+        cache
+            .serve(store.version(), Some(b"a".to_vec()), async {
+                store.0.store(2, Ordering::SeqCst);
+                built.fetch_add(1, Ordering::SeqCst);
+                Ok::<_, ()>(Page::from_body(b"{}".to_vec(), false).seal())
+            })
+            .await
+            .unwrap();
+        // A request under stamp 2 finds nothing, and builds.
+        serve(&cache, &store, Some("a"), &built).await;
+        assert_eq!(built.load(Ordering::SeqCst), 2);
+    }
+
+    #[tokio::test]
+    async fn over_the_budget_it_starts_again_and_keeps_nothing_too_large() {
+        let (store, built) = (Stamped(AtomicU64::new(1)), AtomicUsize::new(0));
+        let cache = Cache::new("pages", 100);
+        for key in ["a", "b", "c", "d", "e", "f", "g", "h", "i", "j"] {
+            serve(&cache, &store, Some(key), &built).await;
+        }
+        let bytes = cache.inner.lock().unwrap().bytes;
+        assert!(bytes <= 100, "{bytes} bytes kept");
+        // The last one is kept.
+        serve(&cache, &store, Some("j"), &built).await;
+        assert_eq!(built.load(Ordering::SeqCst), 10);
+        // A page over an eighth of the budget is never kept.
+        let big = Cache::new("pages", 64);
+        serve(&big, &store, Some("a"), &built).await;
+        serve(&big, &store, Some("a"), &built).await;
+        assert_eq!(built.load(Ordering::SeqCst), 12);
+    }
+}
