@@ -613,114 +613,184 @@ fn key_order(sid: i64, key: &RowKey) -> (Table, i64, i64, i64) {
     (key.table, sid, res_code(key.res), key.bucket.millis())
 }
 
-fn write_row(tx: &Transaction, sid: i64, row: &Row) -> Result<()> {
-    let k = &row.key;
-    let (res, bucket) = (res_code(k.res), k.bucket.millis());
-    let last = row.last_offset as i64;
-    match &row.value {
-        RowValue::Price { sum, count, candle } => {
-            let v = rowcodec::encode(*sum, candle.as_ref(), bucket, row.last_offset);
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO price_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-            )?
-            .execute(params![sid, res, bucket, *count as i64, last, v])?;
+/// The statements an `apply` writes with, each prepared once for the whole
+/// step: looking a statement up in the connection's cache and handing it
+/// back for every row and tick cost a tenth of a rebuild.
+struct Inserts<'t> {
+    tx: &'t Transaction<'t>,
+    prepared: [Option<rusqlite::CachedStatement<'t>>; Insert::COUNT],
+}
+
+#[derive(Clone, Copy)]
+enum Insert {
+    PriceRow,
+    MetricRow,
+    BookRow,
+    PriceTick,
+    BookTick,
+    TradeId,
+    FirstTrade,
+    Trade,
+}
+
+impl Insert {
+    const COUNT: usize = 8;
+
+    fn sql(self) -> &'static str {
+        match self {
+            Insert::PriceRow => {
+                "INSERT OR REPLACE INTO price_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+            }
+            Insert::MetricRow => {
+                "INSERT OR REPLACE INTO metric_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+            }
+            Insert::BookRow => {
+                "INSERT OR REPLACE INTO book_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+            }
+            Insert::PriceTick => "INSERT OR REPLACE INTO price_ticks VALUES (?1, ?2, ?3, ?4, ?5)",
+            Insert::BookTick => "INSERT OR REPLACE INTO book_ticks VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+            Insert::TradeId => "INSERT OR IGNORE INTO trade_ids VALUES (?1, ?2, ?3, ?4)",
+            Insert::FirstTrade => {
+                "SELECT log_partition, log_offset FROM trade_ids WHERE sid = ?1 AND trade_id = ?2"
+            }
+            Insert::Trade => {
+                "INSERT OR REPLACE INTO trades VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
+            }
         }
-        RowValue::Metrics {
-            volume_sum,
-            liquidity_sum,
-            spread_sum,
-            count,
-        } => {
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO metric_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
-                sid,
-                res,
-                bucket,
+    }
+}
+
+impl<'t> Inserts<'t> {
+    fn new(tx: &'t Transaction<'t>) -> Self {
+        Inserts {
+            tx,
+            prepared: Default::default(),
+        }
+    }
+
+    fn get(&mut self, which: Insert) -> Result<&mut rusqlite::CachedStatement<'t>> {
+        let slot = &mut self.prepared[which as usize];
+        if slot.is_none() {
+            *slot = Some(self.tx.prepare_cached(which.sql())?);
+        }
+        Ok(slot.as_mut().expect("prepared above"))
+    }
+
+    fn row(&mut self, sid: i64, row: &Row) -> Result<()> {
+        let k = &row.key;
+        let (res, bucket) = (res_code(k.res), k.bucket.millis());
+        let last = row.last_offset as i64;
+        match &row.value {
+            RowValue::Price { sum, count, candle } => {
+                let v = rowcodec::encode(*sum, candle.as_ref(), bucket, row.last_offset);
+                self.get(Insert::PriceRow)?.execute(params![
+                    sid,
+                    res,
+                    bucket,
+                    *count as i64,
+                    last,
+                    v
+                ])?;
+            }
+            RowValue::Metrics {
                 volume_sum,
                 liquidity_sum,
                 spread_sum,
-                *count as i64,
-                last
-            ])?;
-        }
-        RowValue::Book {
-            ts,
-            offset,
-            bids,
-            asks,
-        } => {
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO book_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
-                sid,
-                res,
-                bucket,
-                ts.millis(),
-                *offset as i64,
+                count,
+            } => {
+                self.get(Insert::MetricRow)?.execute(params![
+                    sid,
+                    res,
+                    bucket,
+                    volume_sum,
+                    liquidity_sum,
+                    spread_sum,
+                    *count as i64,
+                    last
+                ])?;
+            }
+            RowValue::Book {
+                ts,
+                offset,
                 bids,
                 asks,
-                last
-            ])?;
-        }
-    }
-    Ok(())
-}
-
-/// Writes one tick under its key. A trade with an id is written only at
-/// the position `trade_ids` holds for it: the first one given, recorded
-/// here in the same transaction.
-fn write_tick(tx: &Transaction, sid: i64, t: &Tick) -> Result<()> {
-    let (ts, part, off) = (
-        t.key.ts.millis(),
-        t.key.partition as i64,
-        t.key.offset as i64,
-    );
-    match &t.value {
-        TickValue::Price { p } => {
-            tx.prepare_cached("INSERT OR REPLACE INTO price_ticks VALUES (?1, ?2, ?3, ?4, ?5)")?
-                .execute(params![sid, ts, part, off, p])?;
-        }
-        TickValue::Book { bids, asks } => {
-            tx.prepare_cached("INSERT OR REPLACE INTO book_ticks VALUES (?1, ?2, ?3, ?4, ?5, ?6)")?
-                .execute(params![sid, ts, part, off, bids, asks])?;
-        }
-        TickValue::Trade {
-            price,
-            size,
-            side,
-            trade_id,
-        } => {
-            if let Some(id) = trade_id {
-                tx.prepare_cached("INSERT OR IGNORE INTO trade_ids VALUES (?1, ?2, ?3, ?4)")?
-                    .execute(params![sid, id, part, off])?;
-                let first: (i64, i64) = tx
-                    .prepare_cached(
-                        "SELECT log_partition, log_offset FROM trade_ids WHERE sid = ?1 AND trade_id = ?2",
-                    )?
-                    .query_row(params![sid, id], |r| Ok((r.get(0)?, r.get(1)?)))?;
-                if first != (part, off) {
-                    return Ok(());
-                }
+            } => {
+                self.get(Insert::BookRow)?.execute(params![
+                    sid,
+                    res,
+                    bucket,
+                    ts.millis(),
+                    *offset as i64,
+                    bids,
+                    asks,
+                    last
+                ])?;
             }
-            tx.prepare_cached(
-                "INSERT OR REPLACE INTO trades VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-            )?
-            .execute(params![
-                sid,
-                ts,
-                part,
-                off,
+        }
+        Ok(())
+    }
+
+    /// Writes one tick under its key. A trade with an id is written only
+    /// at the position `trade_ids` holds for it: the first one given,
+    /// recorded here in the same transaction.
+    fn tick(&mut self, sid: i64, t: &Tick) -> Result<()> {
+        let (ts, part, off) = (
+            t.key.ts.millis(),
+            t.key.partition as i64,
+            t.key.offset as i64,
+        );
+        match &t.value {
+            TickValue::Price { p } => {
+                self.get(Insert::PriceTick)?
+                    .execute(params![sid, ts, part, off, p])?;
+            }
+            TickValue::Book { bids, asks } => {
+                self.get(Insert::BookTick)?
+                    .execute(params![sid, ts, part, off, bids, asks])?;
+            }
+            TickValue::Trade {
                 price,
                 size,
-                side.as_str(),
-                trade_id
-            ])?;
+                side,
+                trade_id,
+            } => {
+                if let Some(id) = trade_id {
+                    self.get(Insert::TradeId)?
+                        .execute(params![sid, id, part, off])?;
+                    let first: (i64, i64) = self
+                        .get(Insert::FirstTrade)?
+                        .query_row(params![sid, id], |r| Ok((r.get(0)?, r.get(1)?)))?;
+                    if first != (part, off) {
+                        return Ok(());
+                    }
+                }
+                self.get(Insert::Trade)?.execute(params![
+                    sid,
+                    ts,
+                    part,
+                    off,
+                    price,
+                    size,
+                    side.as_str(),
+                    trade_id
+                ])?;
+            }
         }
+        Ok(())
     }
-    Ok(())
+}
+
+/// The order a step's ticks are written in: price ticks, then book
+/// snapshots, each by (`sid`, key) — the tables' key order, for the reason
+/// of [`key_order`]; their keys are distinct positions, so the order
+/// changes no outcome. Trades last, in the order given: the first position
+/// given for a trade id is the one kept.
+fn tick_order(sid: i64, t: &Tick) -> (u8, i64, Option<TickKey>) {
+    match t.value {
+        TickValue::Price { .. } => (0, sid, Some(t.key)),
+        TickValue::Book { .. } => (1, sid, Some(t.key)),
+        TickValue::Trade { .. } => (2, 0, None),
+    }
 }
 
 /// The columns of a tick table after its key, and how to read them.
@@ -1045,11 +1115,19 @@ impl ProjectionStore for SqliteStore {
                 rows.push((lookup.sid(&tx, &row.key.id)?, row));
             }
             rows.sort_by_key(|(sid, row)| key_order(*sid, &row.key));
-            for (sid, row) in rows {
-                write_row(&tx, sid, row)?;
-            }
+            let mut ticks = Vec::with_capacity(write.ticks.len());
             for tick in &write.ticks {
-                write_tick(&tx, lookup.sid(&tx, &tick.token_id)?, tick)?;
+                ticks.push((lookup.sid(&tx, &tick.token_id)?, tick));
+            }
+            ticks.sort_by_key(|(sid, tick)| tick_order(*sid, tick));
+            {
+                let mut inserts = Inserts::new(&tx);
+                for (sid, row) in rows {
+                    inserts.row(sid, row)?;
+                }
+                for (sid, tick) in ticks {
+                    inserts.tick(sid, tick)?;
+                }
             }
             let applied = write_catalog_records(&tx, &write.catalog)?;
             for pos in &write.consumed {
