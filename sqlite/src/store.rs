@@ -615,7 +615,7 @@ fn key_order(sid: i64, key: &RowKey) -> (Table, i64, i64, i64) {
 
 /// The statements an `apply` writes with, each prepared once for the whole
 /// step: looking a statement up in the connection's cache and handing it
-/// back for every row and tick cost a tenth of a rebuild.
+/// back for every row and tick showed as a tenth of a rebuild's profile.
 struct Inserts<'t> {
     tx: &'t Transaction<'t>,
     prepared: [Option<rusqlite::CachedStatement<'t>>; Insert::COUNT],
