@@ -86,16 +86,20 @@ impl<V: Clone + Weigh> Cache<V> {
     }
 
     /// The value for `key`: kept from an earlier request if the store's
-    /// `stamp` (read before `build`'s reads) is still the one it was read
-    /// under, else `build`'s (kept for the next). With no key (a page
-    /// that must always be built) or no stamp, `build`'s, kept for none.
+    /// stamp (`stamp()`, read before `build`'s reads) is still the one it
+    /// was read under, else `build`'s (kept for the next). With no key (a
+    /// page that must always be built), no budget or no stamp, `build`'s,
+    /// kept for none; the stamp is read only when it can be used.
     pub async fn serve<E>(
         &self,
-        stamp: Option<u64>,
+        stamp: impl FnOnce() -> Option<u64>,
         key: Option<Vec<u8>>,
         build: impl Future<Output = Result<V, E>>,
     ) -> Result<V, E> {
-        let (Some(stamp), Some(key)) = (stamp.filter(|_| self.budget > 0), key) else {
+        let stamped = key
+            .filter(|_| self.budget > 0)
+            .and_then(|key| Some((stamp()?, key)));
+        let Some((stamp, key)) = stamped else {
             return build.await;
         };
         if let Some(value) = self.get(&key, stamp) {
@@ -179,11 +183,15 @@ mod tests {
         built: &AtomicUsize,
     ) -> Vec<u8> {
         let page = cache
-            .serve(store.version(), key.map(|k| k.as_bytes().to_vec()), async {
-                let n = built.fetch_add(1, Ordering::SeqCst);
-                let body = format!("{{\"build\":{n}}}").into_bytes();
-                Ok::<_, ()>(Page::from_body(body, true).seal())
-            })
+            .serve(
+                || store.version(),
+                key.map(|k| k.as_bytes().to_vec()),
+                async {
+                    let n = built.fetch_add(1, Ordering::SeqCst);
+                    let body = format!("{{\"build\":{n}}}").into_bytes();
+                    Ok::<_, ()>(Page::from_body(body, true).seal())
+                },
+            )
             .await
             .unwrap();
         page.body().to_vec()
@@ -224,7 +232,7 @@ mod tests {
         );
         // The build reads stamp 1; a write lands while it reads.
         cache
-            .serve(store.version(), Some(b"a".to_vec()), async {
+            .serve(|| store.version(), Some(b"a".to_vec()), async {
                 store.0.store(2, Ordering::SeqCst);
                 built.fetch_add(1, Ordering::SeqCst);
                 Ok::<_, ()>(Page::from_body(b"{}".to_vec(), false).seal())

@@ -57,11 +57,13 @@ async fn cached(
     (route, id): (&str, &str),
     build: impl std::future::Future<Output = Result<Page, ApiError>>,
 ) -> Result<Sealed, ApiError> {
-    // The stamp first: it must be read before the page's reads.
-    let stamp = state.store.version();
+    // `serve` reads the stamp before it runs `build`, whose reads it vouches for.
     let key = q.cache_key(route, id).map(String::into_bytes);
     let build = async { build.await.map(Page::seal) };
-    state.pages.serve(stamp, key, build).await
+    state
+        .pages
+        .serve(|| state.store.version(), key, build)
+        .await
 }
 
 pub(super) async fn token(state: &ApiState, token_id: String) -> Result<TokenRef, ApiError> {
