@@ -200,12 +200,13 @@ async fn project(
     let mut projector = Projector::new(Arc::new(source), store.clone(), ProjectorConfig::default());
     let (mut applied, mut started) = (0usize, None);
     while applied < total {
-        let step = projector.step(consumer.as_mut()).await?;
+        let step = projector.advance(consumer.as_mut()).await?;
         if step.events > 0 {
             started.get_or_insert_with(Instant::now);
             applied += step.events;
         }
     }
+    projector.settle(consumer.as_mut()).await?;
     let secs = started.map_or(1e-9, |s: Instant| s.elapsed().as_secs_f64());
     println!(
         "     {:<50} {:>8} events {:>10.0} events/s",

@@ -6,6 +6,10 @@
 //! A crash anywhere re-delivers events whose effects are either all durable
 //! (and then skipped row by row) or not durable at all.
 //!
+//! The store writes one segment while the projector polls and folds the
+//! next (see `InFlight`): writes stay in log order, one at a time, and the
+//! log is committed only after them.
+//!
 //! The catalog rule (`hindsight_schemas::claims`): a price tick or book
 //! snapshot whose token the catalog lists under another market is not
 //! folded, and the store refuses a market version taking another market's
@@ -18,7 +22,7 @@
 //! the same on every replay and rebuild.
 
 use crate::owners::Owners;
-use crate::rollup::Rollup;
+use crate::rollup::{ApplyStats, Rollup};
 use crate::ticks::tick_of;
 use hindsight_contracts::{
     Applied, ConsumerSource, Delivered, LogConsumer, Position, ProjectionStore, ProjectionWrite,
@@ -75,6 +79,36 @@ pub struct Projector {
     config: ProjectorConfig,
     rollup: Rollup,
     owners: Owners,
+    /// The last segment's write, handed to the store and not yet awaited.
+    in_flight: Option<InFlight>,
+}
+
+/// A segment's write running on the store while the projector polls and
+/// folds the next one. The store's writes are most of a step's time and the
+/// fold most of the rest; overlapped, each keeps one core of a small machine
+/// busy. What keeps it correct:
+///
+/// - at most one write is in flight, so writes reach the store in log
+///   order, and a step's log positions are committed only after its last
+///   write is durable;
+/// - a row the next segment loads from the store is never in the write in
+///   flight: every row written stays in the rollup until it is forgotten,
+///   and forgetting waits for the write first;
+/// - the token owners the next segment looks up are read after the write
+///   in flight is durable when that write holds catalog records;
+/// - a failed write fails the segment that awaits it: the projector then
+///   forgets everything and resumes from the durable position, as it does
+///   for any failed step.
+struct InFlight {
+    /// What the store answered, and the time from the segment's fold to
+    /// its durable write.
+    task: tokio::task::JoinHandle<Result<(Applied, Duration)>>,
+    /// It holds catalog records, which change what `lookup_tokens` reads.
+    catalog: bool,
+    /// Log positions to commit once it is durable: set on a step's last
+    /// write.
+    commit: Option<Vec<Position>>,
+    report: Written,
 }
 
 /// What one step did.
@@ -83,16 +117,12 @@ pub struct StepStats {
     /// Events consumed, folded or not.
     pub events: usize,
     pub rows_written: usize,
-    /// Events consumed but not folded by the catalog rule: mismatched ticks
-    /// and snapshots, refused market versions.
-    pub not_folded: usize,
 }
 
 impl std::ops::AddAssign for StepStats {
     fn add_assign(&mut self, other: StepStats) {
         self.events += other.events;
         self.rows_written += other.rows_written;
-        self.not_folded += other.not_folded;
     }
 }
 
@@ -108,12 +138,17 @@ impl Projector {
             config,
             rollup: Rollup::new(),
             owners: Owners::default(),
+            in_flight: None,
         }
     }
 
-    /// Forgets every cached row and token owner: they are reloaded from
-    /// the store when next needed.
-    fn forget(&mut self) {
+    /// Forgets every cached row and token owner, after waiting for the
+    /// write in flight (whose outcome no longer matters: the caller resumes
+    /// from the durable position). Rows are reloaded when next needed.
+    pub async fn abandon(&mut self) {
+        if let Some(w) = self.in_flight.take() {
+            let _ = w.task.await;
+        }
         self.rollup.clear();
         self.owners.clear();
     }
@@ -135,16 +170,27 @@ impl Projector {
             };
             loop {
                 if *shutdown.borrow() {
+                    // The last write becomes durable and committed.
+                    if let Err(e) = self.settle(consumer.as_mut()).await {
+                        tracing::error!(error = %e, "projector's last write failed");
+                    }
                     return;
                 }
-                match self.step(consumer.as_mut()).await {
-                    Ok(_) => {
+                // An empty poll settles the write in flight: an idle log's
+                // last events are committed without waiting for more.
+                let result = match self.advance(consumer.as_mut()).await {
+                    Ok(stats) if stats.events == 0 => self.settle(consumer.as_mut()).await,
+                    Ok(_) => Ok(()),
+                    Err(e) => Err(e),
+                };
+                match result {
+                    Ok(()) => {
                         backoff = Duration::from_millis(100);
                         report_lag(consumer.as_mut()).await;
                     }
                     Err(e) => {
                         tracing::error!(error = %e, "projector step failed; resuming from the durable position");
-                        self.forget();
+                        self.abandon().await;
                         sleep_or_shutdown(backoff, &mut shutdown).await;
                         backoff = (backoff * 2).min(Duration::from_secs(10));
                         break;
@@ -155,12 +201,25 @@ impl Projector {
     }
 
     /// Projects until the consumer has nothing more — an empty poll with
-    /// every partition it holds at zero lag (for `rebuild` and tests).
+    /// every partition it holds at zero lag (for `rebuild` and tests) —
+    /// and every write is durable.
     pub async fn catch_up(&mut self) -> Result<u64> {
         let mut consumer = self.source.open().await?;
         let mut total = 0;
         loop {
-            let stats = self.step(consumer.as_mut()).await?;
+            let stats = match self.advance(consumer.as_mut()).await {
+                Ok(stats) if stats.events == 0 => {
+                    self.settle(consumer.as_mut()).await.map(|_| stats)
+                }
+                other => other,
+            };
+            let stats = match stats {
+                Ok(stats) => stats,
+                Err(e) => {
+                    self.abandon().await;
+                    return Err(e);
+                }
+            };
             total += stats.events as u64;
             if stats.events == 0 {
                 let lag = consumer.lag().await?;
@@ -172,9 +231,25 @@ impl Projector {
         }
     }
 
-    /// One durable step: the batch of one poll, written segment by segment
-    /// (see the module's doc), committed to the log once all are durable.
+    /// One durable step: [`Projector::advance`], then every write awaited
+    /// and the step's positions committed to the log.
     pub async fn step(&mut self, consumer: &mut dyn LogConsumer) -> Result<StepStats> {
+        let stats = match self.advance(consumer).await {
+            Ok(stats) => self.settle(consumer).await.map(|_| stats),
+            Err(e) => Err(e),
+        };
+        if stats.is_err() {
+            self.abandon().await;
+        }
+        stats
+    }
+
+    /// The batch of one poll, folded and handed to the store segment by
+    /// segment (see the module's doc); the last segment's write may still
+    /// be in flight when this returns ([`Projector::settle`] awaits it).
+    /// After an error the caller must [`Projector::abandon`] the rows in
+    /// memory, which may hold events that are not durable.
+    pub async fn advance(&mut self, consumer: &mut dyn LogConsumer) -> Result<StepStats> {
         let batch = consumer
             .poll(self.config.batch_max, self.config.idle_wait)
             .await?;
@@ -182,7 +257,9 @@ impl Projector {
         // partition this projector lost may since have been written by
         // another projector, so every row is loaded afresh.
         if consumer.assignment_changed() {
-            self.forget();
+            self.settle(consumer).await?;
+            self.rollup.clear();
+            self.owners.clear();
         }
         if batch.is_empty() {
             return Ok(StepStats::default());
@@ -191,57 +268,91 @@ impl Projector {
         let mut stats = StepStats::default();
         let mut rest = batch;
         while !rest.is_empty() {
-            let written = match self.next_segment(&mut rest, &consumed).await {
-                Ok(written) => written,
-                Err(e) => {
-                    // The in-memory rows may hold events that are not durable.
-                    self.forget();
-                    return Err(e);
-                }
-            };
-            stats += written;
+            stats += self.next_segment(consumer, &mut rest, &consumed).await?;
         }
-        consumer.commit(&consumed).await?;
         if self.rollup.len() > self.config.max_cached_rows {
-            self.forget();
-        }
-        for p in &consumed {
-            metrics::gauge!(tm::PROJECTOR_POSITION, "partition" => p.partition.to_string())
-                .set((p.offset + 1) as f64);
+            // Forgetting waits for the write in flight (see `InFlight`).
+            self.settle(consumer).await?;
+            self.rollup.clear();
+            self.owners.clear();
         }
         Ok(stats)
     }
 
-    /// Takes the next segment off `rest` and writes it: the longest run
-    /// whose ticks no catalog record of the run can decide otherwise. The
-    /// last segment records every position of the batch (`consumed`).
+    /// Awaits the write in flight, reports it and commits its step's
+    /// positions to the log.
+    pub async fn settle(&mut self, consumer: &mut dyn LogConsumer) -> Result<()> {
+        let Some(w) = self.in_flight.take() else {
+            return Ok(());
+        };
+        let (applied, took) = w
+            .task
+            .await
+            .map_err(|e| hindsight_contracts::Error::backend("projector", e))??;
+        w.report.record(&applied, took);
+        if let Some(positions) = w.commit {
+            consumer.commit(&positions).await?;
+            for p in &positions {
+                metrics::gauge!(tm::PROJECTOR_POSITION, "partition" => p.partition.to_string())
+                    .set((p.offset + 1) as f64);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes the next segment off `rest`, folds it and hands its write to
+    /// the store: the longest run whose ticks no catalog record of the run
+    /// can decide otherwise. The last segment records every position of
+    /// the batch (`consumed`).
     async fn next_segment(
         &mut self,
+        consumer: &mut dyn LogConsumer,
         rest: &mut Vec<Delivered>,
         consumed: &[Position],
     ) -> Result<StepStats> {
         let missing = self.owners.missing(rest);
         if !missing.is_empty() {
+            if self.in_flight.as_ref().is_some_and(|w| w.catalog) {
+                self.settle(consumer).await?;
+            }
             let found = self.store.lookup_tokens(missing.clone()).await?;
             self.owners.fill(missing, found);
         }
         let tail = rest.split_off(segment_end(rest, &self.owners));
         let segment = std::mem::replace(rest, tail);
-        let upto = if rest.is_empty() {
-            consumed.to_vec()
+        let (upto, commit) = if rest.is_empty() {
+            (consumed.to_vec(), Some(consumed.to_vec()))
         } else {
-            last_positions(&segment)
+            (last_positions(&segment), None)
         };
-        self.write_segment(segment, upto).await
+        let (write, report) = self.fold_segment(segment, upto).await?;
+        let stats = StepStats {
+            events: report.events,
+            rows_written: write.rows.len(),
+        };
+        self.settle(consumer).await?;
+        let store = self.store.clone();
+        let catalog = !write.catalog.is_empty();
+        let started = report.started;
+        self.in_flight = Some(InFlight {
+            task: tokio::spawn(async move {
+                let applied = store.apply(write).await?;
+                Ok((applied, started.elapsed()))
+            }),
+            catalog,
+            commit,
+            report,
+        });
+        Ok(stats)
     }
 
-    /// Folds one segment and writes it with the positions `upto`. Every
-    /// token of its ticks is in `owners`.
-    async fn write_segment(
+    /// Folds one segment into the rows it changes, ready to write with the
+    /// positions `upto`. Every token of its ticks is in `owners`.
+    async fn fold_segment(
         &mut self,
         segment: Vec<Delivered>,
         upto: Vec<Position>,
-    ) -> Result<StepStats> {
+    ) -> Result<(ProjectionWrite, Written)> {
         let started = Instant::now();
         let events = segment.len();
         let mut data = Vec::with_capacity(segment.len());
@@ -263,6 +374,7 @@ impl Projector {
             }
             data.push(d);
         }
+        mismatched.report();
         let ticks: Vec<_> = data.iter().filter_map(tick_of).collect();
         let trades = ticks.iter().filter(|t| t.kind() == TickKind::Trade).count() as u64;
         let missing = self.rollup.prepare(&data);
@@ -270,38 +382,59 @@ impl Projector {
             let rows = self.store.load(missing).await?;
             self.rollup.fill(rows);
         }
-        let applied_stats = self.rollup.apply(&data);
+        let folded = self.rollup.apply(&data);
         let rows = self.rollup.drain_dirty();
-        let rows_written = rows.len();
         let mut per_table = [0u64; 3];
         rows.iter()
             .for_each(|r| per_table[r.key.table as usize] += 1);
         self.owners.forget_markets(&catalog);
-        let catalog_len = catalog.len() as u64;
+        let report = Written {
+            started,
+            events,
+            folded,
+            trades,
+            catalog: catalog.len() as u64,
+            per_table,
+        };
         let write = ProjectionWrite {
             rows,
             ticks,
             catalog,
             consumed: upto,
         };
-        let Applied { refused } = self.store.apply(write).await?;
+        Ok((write, report))
+    }
+}
 
-        metrics::histogram!(tm::PROJECTOR_FLUSH_SECONDS).record(started.elapsed().as_secs_f64());
-        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "price")
-            .increment(applied_stats.prices);
-        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "book")
-            .increment(applied_stats.books);
+/// A segment's figures, recorded once its write is durable.
+struct Written {
+    /// When its fold began: the flush histogram covers fold and write.
+    started: Instant,
+    events: usize,
+    folded: ApplyStats,
+    trades: u64,
+    catalog: u64,
+    per_table: [u64; 3],
+}
+
+impl Written {
+    fn record(self, applied: &Applied, took: Duration) {
+        let Applied { refused } = applied;
+        let folded = self.folded;
+        metrics::histogram!(tm::PROJECTOR_FLUSH_SECONDS).record(took.as_secs_f64());
+        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "price").increment(folded.prices);
+        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "book").increment(folded.books);
         metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "metrics")
-            .increment(applied_stats.metrics);
-        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "trade").increment(trades);
+            .increment(folded.metrics);
+        metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "trade").increment(self.trades);
         metrics::counter!(tm::PROJECTOR_EVENTS_APPLIED, "kind" => "catalog")
-            .increment(catalog_len - refused.len() as u64);
-        metrics::counter!(tm::PROJECTOR_REPLAYS_SKIPPED).increment(applied_stats.replays_skipped);
+            .increment(self.catalog - refused.len() as u64);
+        metrics::counter!(tm::PROJECTOR_REPLAYS_SKIPPED).increment(folded.replays_skipped);
         for table in hindsight_contracts::Table::ALL {
             metrics::counter!(tm::PROJECTOR_ROWS_WRITTEN, "table" => table.as_str())
-                .increment(per_table[table as usize]);
+                .increment(self.per_table[table as usize]);
         }
-        for r in &refused {
+        for r in refused {
             metrics::counter!(tm::PROJECTOR_NOT_FOLDED, "reason" => r.reason.kind().label())
                 .increment(1);
             tracing::warn!(
@@ -312,13 +445,6 @@ impl Projector {
                 r.reason
             );
         }
-        let not_folded = refused.len() + mismatched.count;
-        mismatched.report();
-        Ok(StepStats {
-            events,
-            rows_written,
-            not_folded,
-        })
     }
 }
 

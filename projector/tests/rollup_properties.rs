@@ -434,7 +434,9 @@ fn projector(log: &Arc<SqliteLog>, store: &Arc<SqliteStore>) -> Projector {
     let config = ProjectorConfig {
         batch_max: 1_000,
         idle_wait: Duration::from_millis(1),
-        ..ProjectorConfig::default()
+        // Small, so that rows are forgotten and loaded again mid-log, with
+        // a write in flight.
+        max_cached_rows: 40,
     };
     Projector::new(source, store.clone(), config)
 }
@@ -457,8 +459,15 @@ async fn project(
     pending.sort_by_key(|r| r.after_step);
     let mut pending = pending.into_iter().peekable();
     for step in 0.. {
-        let stats = projector.step(&mut consumer).await.unwrap();
-        if let Some(restart) = pending.next_if(|r| r.after_step <= step) {
+        // Steps run as the projector runs them, a write in flight while
+        // the next is folded, except before a planned restart, which
+        // starts from the durable position.
+        let restart = pending.next_if(|r| r.after_step <= step);
+        let stats = match restart {
+            Some(_) => projector.step(&mut consumer).await.unwrap(),
+            None => projector.advance(&mut consumer).await.unwrap(),
+        };
+        if let Some(restart) = restart {
             let durable = store.committed().await.unwrap();
             let durable = durable.first().map_or(0, |p| p.offset);
             consumer = chunked(durable.saturating_sub(restart.back as u64));
@@ -469,6 +478,7 @@ async fn project(
         }
         let caught_up = consumer.lag().await.unwrap().iter().all(|(_, n)| *n == 0);
         if stats.events == 0 && caught_up && pending.peek().is_none() {
+            projector.settle(&mut consumer).await.unwrap();
             return;
         }
         assert!(step < 10_000, "the projection does not end");

@@ -365,6 +365,9 @@ pub struct SqliteStore {
     /// connection commits), so every stamp must come from this one, which
     /// never writes.
     stamp: Arc<Mutex<Connection>>,
+    /// The projector's row loads ([`ProjectionStore::load`]), which run
+    /// while the writer is busy with the previous segment's write.
+    loader: Arc<Mutex<Connection>>,
     limits: RateLog,
     pub(crate) accounts: crate::accounts::Accounts,
     pub(crate) exports: crate::exports::ExportJobs,
@@ -406,6 +409,7 @@ impl SqliteStore {
                 sids: FxHashMap::default(),
             })),
             stamp: Arc::new(Mutex::new(open(&path, Durability::Normal)?)),
+            loader: Arc::new(Mutex::new(open(&path, Durability::Normal)?)),
             readers: Arc::new(Pool::new(path, Durability::Normal)),
             limits,
             accounts,
@@ -450,7 +454,18 @@ impl SqliteStore {
         op: &'static str,
         f: impl FnOnce(&mut Writer) -> Result<R> + Send + 'static,
     ) -> CResult<R> {
-        let conn = self.writer.clone();
+        self.on(op, &self.writer, f).await
+    }
+
+    /// Runs `f` on a blocking thread with `conn` locked, timed and counted
+    /// by `op`.
+    async fn on<C: Send + 'static, R: Send + 'static>(
+        &self,
+        op: &'static str,
+        conn: &Arc<Mutex<C>>,
+        f: impl FnOnce(&mut C) -> Result<R> + Send + 'static,
+    ) -> CResult<R> {
+        let conn = conn.clone();
         let started = Instant::now();
         let out = blocking(move || f(&mut conn.lock().unwrap())).await;
         metrics::histogram!(tm::STORE_QUERY_SECONDS, "op" => op)
@@ -1055,15 +1070,18 @@ impl ProjectionStore for SqliteStore {
     }
 
     async fn load(&self, keys: Vec<RowKey>) -> CResult<Vec<Row>> {
-        // On the writer connection: the projector is the only writer, and it
-        // must see its own latest commit.
-        self.write("load_rows", move |w| {
-            let Writer { conn, sids } = w;
+        // On a connection of its own, not the writer: the projector loads
+        // the rows of its next segment while the store writes the last
+        // one. A load never needs the rows of a write still running (the
+        // projector keeps those in memory), and its read transaction sees
+        // every write committed before it began.
+        self.on("load_rows", &self.loader, move |conn| {
             let tx = conn.transaction()?;
+            let mut sids = FxHashMap::default();
             let mut found = Vec::with_capacity(keys.len());
             for key in &keys {
                 // A key whose id has no sid has no row.
-                if let Some(sid) = committed_sid(&tx, sids, &key.id)? {
+                if let Some(sid) = committed_sid(&tx, &mut sids, &key.id)? {
                     found.push((sid, key));
                 }
             }

@@ -164,7 +164,7 @@ pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
     (
         PROJECTOR_FLUSH_SECONDS,
         Unit::Seconds,
-        "Time to make one batch of buckets durable.",
+        "Time from folding one segment of events to its rows being durable.",
     ),
     (
         PROJECTOR_POSITION,
