@@ -18,7 +18,7 @@
 # Environment:
 #   HINDSIGHT_ENGINES_RUN      run directory (default $CACHE/run); wiped by start
 #   HINDSIGHT_ENGINES_TIMEOUT  seconds to wait for each engine (default 120)
-#   HINDSIGHT_KAFKA_HEAP / HINDSIGHT_CASSANDRA_HEAP   (default 512m / 1g)
+#   HINDSIGHT_KAFKA_HEAP / HINDSIGHT_CASSANDRA_HEAP   (default 512m / 2g)
 #   JAVA_HOME                  a JDK 17+ (default: java on PATH)
 # where CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/hindsight-engines holds the jars
 # (kafka-VERSION/lib, cassandra-VERSION/lib), fetched once by Maven from the
@@ -85,7 +85,9 @@ CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/hindsight-engines
 RUN=${HINDSIGHT_ENGINES_RUN:-$CACHE/run}
 TIMEOUT=${HINDSIGHT_ENGINES_TIMEOUT:-120}
 KAFKA_HEAP=${HINDSIGHT_KAFKA_HEAP:-512m}
-CASSANDRA_HEAP=${HINDSIGHT_CASSANDRA_HEAP:-1g}
+# A test run creates a keyspace per test (about 20 tables each) on one
+# node: at 1g the heap ran out during the CQL conformance suite once.
+CASSANDRA_HEAP=${HINDSIGHT_CASSANDRA_HEAP:-2g}
 JAVA=${JAVA_HOME:+$JAVA_HOME/bin/}java
 STOP_GRACE_S=20
 RUN_MARKER=.hindsight-engines-run

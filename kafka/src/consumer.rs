@@ -111,7 +111,7 @@ impl ConsumerContext for GroupContext {
 type Inner = BaseConsumer<GroupContext>;
 
 pub struct KafkaConsumer {
-    inner: Arc<Inner>,
+    inner: Closing,
     config: KafkaConfig,
     changed: Arc<AtomicBool>,
     revoked: Arc<Mutex<Vec<(String, i32)>>>,
@@ -122,6 +122,29 @@ pub struct KafkaConsumer {
     /// is a round trip of a few milliseconds.
     watermarks: Arc<BaseConsumer>,
     last_lag: Option<(Instant, Vec<(u32, u64)>)>,
+}
+
+/// The group consumer, closed on a blocking thread when the last handle
+/// drops. Closing leaves the group, and librdkafka serves the rebalance
+/// callbacks still queued as it does; the assignment's waits on the store
+/// (`GroupContext::pre_rebalance`), which a runtime worker must not do —
+/// and a projector drops its consumer on a worker after a failed step.
+struct Closing(Option<Arc<Inner>>);
+
+impl std::ops::Deref for Closing {
+    type Target = Arc<Inner>;
+
+    fn deref(&self) -> &Arc<Inner> {
+        self.0.as_ref().expect("taken only when dropped")
+    }
+}
+
+impl Drop for Closing {
+    fn drop(&mut self) {
+        if let (Some(inner), Ok(runtime)) = (self.0.take(), tokio::runtime::Handle::try_current()) {
+            runtime.spawn_blocking(move || drop(inner));
+        }
+    }
 }
 
 fn fail(e: KafkaError) -> Error {
@@ -167,7 +190,7 @@ impl KafkaConsumer {
         inner.subscribe(&names).map_err(fail)?;
         let watermarks: BaseConsumer = config.client().create().map_err(fail)?;
         Ok(KafkaConsumer {
-            inner: Arc::new(inner),
+            inner: Closing(Some(Arc::new(inner))),
             config: config.clone(),
             changed,
             revoked,

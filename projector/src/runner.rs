@@ -257,7 +257,12 @@ impl Projector {
         // partition this projector lost may since have been written by
         // another projector, so every row is loaded afresh.
         if consumer.assignment_changed() {
-            self.settle(consumer).await?;
+            // The write in flight is awaited, its positions not committed
+            // to the log: the group has moved to a new generation, which
+            // refuses an older one's commit. Nothing is lost: they are in
+            // the store, where assigned partitions start, and at worst the
+            // events are delivered again, which is replay-safe.
+            self.finish(None).await?;
             self.rollup.clear();
             self.owners.clear();
         }
@@ -282,6 +287,12 @@ impl Projector {
     /// Awaits the write in flight, reports it and commits its step's
     /// positions to the log.
     pub async fn settle(&mut self, consumer: &mut dyn LogConsumer) -> Result<()> {
+        self.finish(Some(consumer)).await
+    }
+
+    /// Awaits the write in flight and reports it; commits its step's
+    /// positions to `consumer` if given.
+    async fn finish(&mut self, consumer: Option<&mut dyn LogConsumer>) -> Result<()> {
         let Some(w) = self.in_flight.take() else {
             return Ok(());
         };
@@ -290,7 +301,7 @@ impl Projector {
             .await
             .map_err(|e| hindsight_contracts::Error::backend("projector", e))??;
         w.report.record(&applied, took);
-        if let Some(positions) = w.commit {
+        if let (Some(positions), Some(consumer)) = (w.commit, consumer) {
             consumer.commit(&positions).await?;
             for p in &positions {
                 metrics::gauge!(tm::PROJECTOR_POSITION, "partition" => p.partition.to_string())
