@@ -4,7 +4,6 @@
 use crate::db::{blocking, open, Durability, Pool};
 use crate::limits::RateLog;
 use crate::rowcodec;
-use crate::tickblock::{self, PriceTick};
 use crate::{CResult, Error, Result};
 use async_trait::async_trait;
 use hindsight_contracts::*;
@@ -31,10 +30,7 @@ use std::time::Instant;
 /// integer `res` ([`res_code`]), and packs a price bucket's sum and candle
 /// into one blob ([`crate::rowcodec`]); opening an older store converts it
 /// in place ([`migrate_series_tables`]), history intact, without a replay.
-/// Version 7 keeps price ticks in hourly blocks (`price_tick_blocks`,
-/// [`crate::tickblock`]) instead of a row each; opening an older store
-/// packs its `price_ticks` into blocks ([`migrate_price_ticks`]).
-pub const SCHEMA_VERSION: i64 = 7;
+pub const SCHEMA_VERSION: i64 = 6;
 
 /// The code of a resolution in the bucket tables' `res` column: its width
 /// in minutes. Stored in every bucket row, so stable forever: a new
@@ -86,15 +82,12 @@ CREATE TABLE IF NOT EXISTS book_buckets (
 
 -- Tick level: every price tick, book snapshot and trade as ingested, per
 -- token in (ts, log position) order. The key is the tick's identity, so a
--- replayed event rewrites its own row (or, for price ticks, its own entry
--- of its block). `trade_ids` keeps, per token and trade id, the position
--- of the one trade stored under it.
---
--- Price ticks: one row per token and hour (`span`, its start in Unix ms)
--- holding that hour's `n` ticks, encoded by `tickblock`.
-CREATE TABLE IF NOT EXISTS price_tick_blocks (
-    sid INTEGER NOT NULL, span INTEGER NOT NULL, n INTEGER NOT NULL, v BLOB NOT NULL,
-    PRIMARY KEY (sid, span)
+-- replayed event rewrites its own row. `trade_ids` keeps, per token and
+-- trade id, the position of the one trade stored under it.
+CREATE TABLE IF NOT EXISTS price_ticks (
+    sid INTEGER NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
+    log_offset INTEGER NOT NULL, p REAL NOT NULL,
+    PRIMARY KEY (sid, ts, log_partition, log_offset)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS book_ticks (
     sid INTEGER NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
@@ -166,7 +159,7 @@ const DERIVED_TABLES: &[&str] = &[
     "price_buckets",
     "metric_buckets",
     "book_buckets",
-    "price_tick_blocks",
+    "price_ticks",
     "book_ticks",
     "trades",
     "trade_ids",
@@ -255,14 +248,10 @@ fn migrate_series_tables(conn: &Connection, moved: &[(&str, &str)]) -> Result<()
         )?;
     }
     for (table, id) in moved {
-        rows += match *table {
-            "price_buckets" => migrate_price_buckets(conn)?,
-            "price_ticks" => migrate_price_ticks(
-                conn,
-                "SELECT s.sid, o.ts, o.log_partition, o.log_offset, o.p
-                 FROM v5_price_ticks o JOIN series_ids s ON s.name = o.token_id",
-            )?,
-            _ => migrate_series_table(conn, table, id)?,
+        rows += if *table == "price_buckets" {
+            migrate_price_buckets(conn)?
+        } else {
+            migrate_series_table(conn, table, id)?
         };
         conn.execute_batch(&format!("DROP TABLE v5_{table}"))?;
     }
@@ -321,69 +310,6 @@ fn migrate_series_table(conn: &Connection, table: &str, id: &str) -> Result<usiz
         ),
         [],
     )?)
-}
-
-/// Packs the price ticks of an older store into blocks: `select` yields
-/// `sid, ts, log_partition, log_offset, p`. A store of version 6 keeps
-/// them in `price_ticks` (dropped once packed); an older one in the table
-/// [`move_old_series_tables`] moved aside.
-fn migrate_price_ticks(conn: &Connection, select: &str) -> Result<usize> {
-    let mut read = conn.prepare(&format!("{select} ORDER BY 1, 2, 3, 4"))?;
-    let mut write = conn.prepare("INSERT INTO price_tick_blocks VALUES (?1, ?2, ?3, ?4)")?;
-    let mut put = |sid: i64, block: &[PriceTick]| -> Result<()> {
-        let span = tickblock::span_of(block[0].0.ts);
-        let v = tickblock::encode(span, block);
-        write.execute(params![sid, span, block.len() as i64, v])?;
-        Ok(())
-    };
-    let mut rows = read.query([])?;
-    let (mut sid, mut block) = (0, Vec::new());
-    let mut n = 0;
-    while let Some(r) = rows.next()? {
-        let tick = (
-            TickKey {
-                ts: Timestamp(r.get(1)?),
-                partition: r.get::<_, i64>(2)? as u32,
-                offset: r.get::<_, i64>(3)? as u64,
-            },
-            r.get::<_, f64>(4)?,
-        );
-        let next_sid: i64 = r.get(0)?;
-        let same = block.first().is_some_and(|(first, _): &PriceTick| {
-            sid == next_sid && tickblock::span_of(first.ts) == tickblock::span_of(tick.0.ts)
-        });
-        if !same && !block.is_empty() {
-            put(sid, &block)?;
-            block.clear();
-        }
-        sid = next_sid;
-        block.push(tick);
-        n += 1;
-    }
-    if !block.is_empty() {
-        put(sid, &block)?;
-    }
-    Ok(n)
-}
-
-/// Packs the `price_ticks` of a version 6 store into blocks and drops it.
-/// Nothing on a store without that table (new, or of version 7).
-fn migrate_v6_price_ticks(conn: &Connection) -> Result<()> {
-    if !has_column(conn, "price_ticks", "sid")? {
-        return Ok(());
-    }
-    let started = Instant::now();
-    let ticks = migrate_price_ticks(
-        conn,
-        "SELECT sid, ts, log_partition, log_offset, p FROM price_ticks",
-    )?;
-    conn.execute_batch("DROP TABLE price_ticks")?;
-    tracing::info!(
-        ticks,
-        seconds = started.elapsed().as_secs_f64(),
-        "store.db: price ticks packed into blocks (schema version {SCHEMA_VERSION})"
-    );
-    Ok(())
 }
 
 /// Copies the old `price_buckets`, row by row: the sum and candle columns
@@ -469,7 +395,6 @@ impl SqliteStore {
         tx.execute_batch(SCHEMA)?;
         migrate_catalog(&tx)?;
         migrate_series_tables(&tx, &moved)?;
-        migrate_v6_price_ticks(&tx)?;
         tx.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
             params![SCHEMA_VERSION.to_string()],
@@ -716,8 +641,7 @@ enum Insert {
     PriceRow,
     MetricRow,
     BookRow,
-    ReadPriceBlock,
-    PriceBlock,
+    PriceTick,
     BookTick,
     TradeId,
     FirstTrade,
@@ -725,7 +649,7 @@ enum Insert {
 }
 
 impl Insert {
-    const COUNT: usize = 9;
+    const COUNT: usize = 8;
 
     fn sql(self) -> &'static str {
         match self {
@@ -738,12 +662,7 @@ impl Insert {
             Insert::BookRow => {
                 "INSERT OR REPLACE INTO book_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
             }
-            Insert::ReadPriceBlock => {
-                "SELECT v FROM price_tick_blocks WHERE sid = ?1 AND span = ?2"
-            }
-            Insert::PriceBlock => {
-                "INSERT OR REPLACE INTO price_tick_blocks VALUES (?1, ?2, ?3, ?4)"
-            }
+            Insert::PriceTick => "INSERT OR REPLACE INTO price_ticks VALUES (?1, ?2, ?3, ?4, ?5)",
             Insert::BookTick => "INSERT OR REPLACE INTO book_ticks VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             Insert::TradeId => "INSERT OR IGNORE INTO trade_ids VALUES (?1, ?2, ?3, ?4)",
             Insert::FirstTrade => {
@@ -826,41 +745,8 @@ impl<'t> Inserts<'t> {
         Ok(())
     }
 
-    /// Writes one block's worth of price ticks (of one sid and span, in
-    /// key order) over the ticks the block holds: read, merged, written
-    /// back whole.
-    fn price_block(&mut self, ticks: &[(i64, PriceTick)]) -> Result<()> {
-        let Some(&(sid, (first, _))) = ticks.first() else {
-            return Ok(());
-        };
-        let span = tickblock::span_of(first.ts);
-        let mut new: Vec<PriceTick> = Vec::with_capacity(ticks.len());
-        for &(_, t) in ticks {
-            // Two ticks of one key (never two events of one position, but
-            // cheap to honour): the later replaces the earlier, as a row
-            // written twice would.
-            match new.last_mut() {
-                Some(last) if last.0 == t.0 => *last = t,
-                _ => new.push(t),
-            }
-        }
-        let stored: Option<Vec<u8>> = self
-            .get(Insert::ReadPriceBlock)?
-            .query_row(params![sid, span], |r| r.get(0))
-            .optional()?;
-        let block = match stored {
-            Some(v) => tickblock::merge(tickblock::decode(span, &v)?, &new),
-            None => new,
-        };
-        let v = tickblock::encode(span, &block);
-        self.get(Insert::PriceBlock)?
-            .execute(params![sid, span, block.len() as i64, v])?;
-        Ok(())
-    }
-
-    /// Writes one book snapshot or trade under its key (price ticks go
-    /// through [`Inserts::price_block`]). A trade with an id is written
-    /// only at the position `trade_ids` holds for it: the first one given,
+    /// Writes one tick under its key. A trade with an id is written only
+    /// at the position `trade_ids` holds for it: the first one given,
     /// recorded here in the same transaction.
     fn tick(&mut self, sid: i64, t: &Tick) -> Result<()> {
         let (ts, part, off) = (
@@ -869,7 +755,10 @@ impl<'t> Inserts<'t> {
             t.key.offset as i64,
         );
         match &t.value {
-            TickValue::Price { .. } => unreachable!("apply writes price ticks in blocks"),
+            TickValue::Price { p } => {
+                self.get(Insert::PriceTick)?
+                    .execute(params![sid, ts, part, off, p])?;
+            }
             TickValue::Book { bids, asks } => {
                 self.get(Insert::BookTick)?
                     .execute(params![sid, ts, part, off, bids, asks])?;
@@ -906,15 +795,16 @@ impl<'t> Inserts<'t> {
     }
 }
 
-/// The order a step's book snapshots and trades are written in: book
-/// snapshots by (`sid`, key) — the table's key order, for the reason of
-/// [`key_order`]; their keys are distinct positions, so the order changes
-/// no outcome. Trades last, in the order given: the first position given
-/// for a trade id is the one kept.
+/// The order a step's ticks are written in: price ticks, then book
+/// snapshots, each by (`sid`, key) — the tables' key order, for the reason
+/// of [`key_order`]; their keys are distinct positions, so the order
+/// changes no outcome. Trades last, in the order given: the first position
+/// given for a trade id is the one kept.
 fn tick_order(sid: i64, t: &Tick) -> (u8, i64, Option<TickKey>) {
     match t.value {
-        TickValue::Trade { .. } => (1, 0, None),
-        _ => (0, sid, Some(t.key)),
+        TickValue::Price { .. } => (0, sid, Some(t.key)),
+        TickValue::Book { .. } => (1, sid, Some(t.key)),
+        TickValue::Trade { .. } => (2, 0, None),
     }
 }
 
@@ -1243,28 +1133,15 @@ impl ProjectionStore for SqliteStore {
                 rows.push((lookup.sid(&tx, &row.key.id)?, row));
             }
             rows.sort_by_key(|(sid, row)| key_order(*sid, &row.key));
-            // Price ticks go to their blocks, the others to a row each.
-            let mut prices = Vec::new();
-            let mut ticks = Vec::new();
+            let mut ticks = Vec::with_capacity(write.ticks.len());
             for tick in &write.ticks {
-                let sid = lookup.sid(&tx, &tick.token_id)?;
-                match tick.value {
-                    TickValue::Price { p } => prices.push((sid, (tick.key, p))),
-                    _ => ticks.push((sid, tick)),
-                }
+                ticks.push((lookup.sid(&tx, &tick.token_id)?, tick));
             }
-            prices.sort_by_key(|(sid, (key, _))| (*sid, *key));
             ticks.sort_by_key(|(sid, tick)| tick_order(*sid, tick));
             {
                 let mut inserts = Inserts::new(&tx);
                 for (sid, row) in rows {
                     inserts.row(sid, row)?;
-                }
-                let same_block = |a: &(i64, PriceTick), b: &(i64, PriceTick)| {
-                    a.0 == b.0 && tickblock::span_of(a.1 .0.ts) == tickblock::span_of(b.1 .0.ts)
-                };
-                for block in prices.chunk_by(same_block) {
-                    inserts.price_block(block)?;
                 }
                 for (sid, tick) in ticks {
                     inserts.tick(sid, tick)?;
@@ -1296,61 +1173,6 @@ impl ProjectionStore for SqliteStore {
         })
         .await
     }
-}
-
-/// The price ticks of `id` in `range`, read from their blocks: the first
-/// block is the one `range.from` falls in.
-fn price_ticks(conn: &Connection, id: &str, range: &TickRange) -> Result<Vec<Tick>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT span, v FROM price_tick_blocks
-         WHERE sid = (SELECT sid FROM series_ids WHERE name = ?1) AND span >= ?2 AND span < ?3
-         ORDER BY span",
-    )?;
-    let mut rows = stmt.query(params![
-        id,
-        tickblock::span_of(range.from.ts),
-        range.end.millis()
-    ])?;
-    let mut out = Vec::new();
-    while out.len() < range.limit {
-        let Some(r) = rows.next()? else { break };
-        let block = tickblock::decode(r.get(0)?, blob(r, 1)?)?;
-        let wanted = block
-            .into_iter()
-            .skip_while(|(key, _)| *key < range.from)
-            .take_while(|(key, _)| key.ts < range.end)
-            .take(range.limit - out.len());
-        out.extend(wanted.map(|(key, p)| Tick {
-            token_id: id.to_string(),
-            key,
-            value: TickValue::Price { p },
-        }));
-    }
-    Ok(out)
-}
-
-/// How many price ticks `id` has in [start, end): a block inside the range
-/// counts by its `n`, the one or two at its edges tick by tick.
-fn count_price_ticks(conn: &Connection, id: &str, start: i64, end: i64) -> Result<u64> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT span, n, v FROM price_tick_blocks
-         WHERE sid = (SELECT sid FROM series_ids WHERE name = ?1) AND span >= ?2 AND span < ?3",
-    )?;
-    let mut rows = stmt.query(params![id, tickblock::span_of(Timestamp(start)), end])?;
-    let mut n = 0u64;
-    while let Some(r) = rows.next()? {
-        let span: i64 = r.get(0)?;
-        n += if span >= start && span + tickblock::SPAN_MS <= end {
-            r.get::<_, i64>(1)? as u64
-        } else {
-            let block = tickblock::decode(span, blob(r, 2)?)?;
-            block
-                .iter()
-                .filter(|(key, _)| (start..end).contains(&key.ts.millis()))
-                .count() as u64
-        };
-    }
-    Ok(n)
 }
 
 /// The bound parameters of a bucket range: id, resolution code, start, end.
@@ -1509,13 +1331,6 @@ impl ReadStore for SqliteStore {
         end: Timestamp,
     ) -> CResult<u64> {
         let id = token_id.to_string();
-        if kind == TickKind::Price {
-            return self
-                .read("count_ticks", move |conn| {
-                    count_price_ticks(conn, &id, start.millis(), end.millis())
-                })
-                .await;
-        }
         // The primary key's index range: counted without reading the rows.
         let sql = format!(
             "SELECT count(*) FROM {} WHERE sid = (SELECT sid FROM series_ids WHERE name = ?1) AND ts >= ?2 AND ts < ?3",
@@ -1532,11 +1347,6 @@ impl ReadStore for SqliteStore {
 
     async fn ticks(&self, kind: TickKind, token_id: &str, range: TickRange) -> CResult<Vec<Tick>> {
         let id = token_id.to_string();
-        if kind == TickKind::Price {
-            return self
-                .read("read_ticks", move |conn| price_ticks(conn, &id, &range))
-                .await;
-        }
         self.read("read_ticks", move |conn| {
             // Row values: the primary key's index is scanned from `from`.
             let mut stmt = conn.prepare_cached(&format!(
