@@ -4,6 +4,8 @@
 //! like an HTTP batch, under an idempotency key derived from the file's
 //! identity and the chunk number, so re-running an interrupted backfill
 //! (within the idempotency window, 24 h) skips what was already appended.
+//! The next chunk is read and validated while the log appends the last
+//! (see [`backfill_file`]).
 //! Rejected lines go to `FILE.rejects.ndjson` next to the input, with their
 //! line numbers and reasons: never dropped silently. Lines are checked
 //! against the catalog as HTTP batches are, with the claims of every line
@@ -128,108 +130,196 @@ pub async fn backfill_file(
     path: &Path,
     progress: &mut Progress,
 ) -> Result<FileReport, String> {
-    let (log, limits) = (target.log, &target.limits);
-    let fail = |e: std::io::Error| format!("{}: {e}", path.display());
-    let identity = identity(path).map_err(fail)?;
-    let mut reader = open_lines(path).map_err(fail)?;
-    let mut report = FileReport {
-        path: path.to_path_buf(),
-        ..Default::default()
+    let identity = identity(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut reading = Reading {
+        target,
+        claims,
+        path,
+        identity,
+        lines: open_lines(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        chunk: Vec::with_capacity(CHUNK_LINES * 128),
+        chunk_no: 0,
+        report: FileReport {
+            path: path.to_path_buf(),
+            ..Default::default()
+        },
+        rejects: None,
     };
-    let mut rejects: Option<std::fs::File> = None;
-    let mut chunk = Vec::with_capacity(CHUNK_LINES * 128);
-    let mut chunk_no = 0u64;
-    loop {
-        chunk.clear();
-        let first_line = report.lines + 1;
-        let mut lines = 0usize;
-        while lines < CHUNK_LINES {
-            let n = reader.read_until(b'\n', &mut chunk).map_err(fail)?;
-            if n == 0 {
-                break;
-            }
-            if !chunk.ends_with(b"\n") {
-                chunk.push(b'\n');
-            }
-            lines += 1;
-        }
-        if lines == 0 {
-            break;
-        }
-        report.lines += lines as u64;
-        // Every reject goes to the rejects file: none is left unlisted.
-        target.catalog.refresh().await;
-        let validated = batch::validate(
-            &chunk,
-            first_line,
-            Timestamp::now(),
-            limits,
-            usize::MAX,
-            &*target.catalog.read(),
-            claims,
+    // Two stages on two cores: the log appends one chunk (encoding,
+    // compression, the fsync) while the next is read and validated (JSON
+    // parsing, the catalog rule). Appends stay in file order, one at a
+    // time. `biased`: the append is polled first, so its blocking work has
+    // started before validation takes this thread.
+    let mut next = reading.next_chunk(progress).await?;
+    while let Some(chunk) = next {
+        let (appended, following) = tokio::join!(
+            biased;
+            append_chunk(target.log, path, chunk),
+            reading.next_chunk(progress)
         );
-        if !validated.rejected.is_empty() {
-            let file = match &mut rejects {
-                Some(f) => f,
-                None => {
-                    let p = rejects_path(path);
-                    report.rejects_file = Some(p.clone());
-                    rejects.insert(
-                        std::fs::File::create(&p).map_err(|e| format!("{}: {e}", p.display()))?,
-                    )
-                }
-            };
-            for r in &validated.rejected {
-                let line = serde_json::to_string(r).expect("reject serializes");
-                writeln!(file, "{line}").map_err(fail)?;
-            }
-            report.rejected += validated.rejected.len() as u64;
-            progress.rejects += validated.rejected.len() as u64;
-        }
-        let n = validated.events.len() as u64;
-        if n > 0 {
-            let counts = batch::kind_counts(&validated.events);
-            let key = format!("backfill:{identity}:{chunk_no}");
-            let idempotency = Idempotency::for_body(&key, &chunk, n.to_string().into_bytes());
-            let events = validated.events;
-            loop {
-                let append = AppendBatch {
-                    events: events.clone(),
-                    idempotency: Some(idempotency.clone()),
-                };
-                match log
-                    .append(append)
-                    .await
-                    .map_err(|e| format!("event log: {e}"))?
-                {
-                    AppendOutcome::Appended { .. } => {
-                        batch::count_accepted(counts);
-                        report.accepted += n;
-                    }
-                    AppendOutcome::Duplicate { .. } => report.already_appended += n,
-                    AppendOutcome::Conflict => {
-                        return Err(format!(
-                            "{}: lines {first_line}.. were appended before with other content under the same key ({key}); nothing of them was appended again",
-                            path.display()
-                        ))
-                    }
-                    // Another backfill of this file holds the chunk (or
-                    // one that died does, until its lease runs out).
-                    AppendOutcome::Busy { retry_after } => {
-                        tokio::time::sleep(retry_after).await;
-                        continue;
-                    }
-                }
-                break;
-            }
-            progress.events += n;
-        }
-        chunk_no += 1;
+        let appended = appended?;
+        reading.report.accepted += appended.accepted;
+        reading.report.already_appended += appended.already_appended;
+        progress.events += appended.accepted + appended.already_appended;
         progress.draw(path, false);
+        next = following?;
     }
     progress.draw(path, true);
     if progress.enabled {
         eprintln!();
     }
-    Ok(report)
+    Ok(reading.report)
+}
+
+/// The reading side of a backfill: the file's lines, chunk by chunk,
+/// validated, their rejects written out.
+struct Reading<'a, 'b> {
+    target: &'a Target<'b>,
+    claims: &'a mut BatchClaims,
+    path: &'a Path,
+    identity: String,
+    lines: Box<dyn BufRead>,
+    chunk: Vec<u8>,
+    chunk_no: u64,
+    report: FileReport,
+    rejects: Option<std::fs::File>,
+}
+
+/// A validated chunk, ready to append under its idempotency key.
+struct Chunk {
+    events: Vec<hindsight_schemas::Event>,
+    idempotency: Idempotency,
+    counts: batch::KindCounts,
+    first_line: u64,
+}
+
+/// What became of one chunk's events.
+struct Appended {
+    accepted: u64,
+    already_appended: u64,
+}
+
+impl Reading<'_, '_> {
+    /// The next chunk with events to append; `None` at the end of the file.
+    async fn next_chunk(&mut self, progress: &mut Progress) -> Result<Option<Chunk>, String> {
+        loop {
+            let first_line = self.report.lines + 1;
+            if !self.read_lines()? {
+                return Ok(None);
+            }
+            // Every reject goes to the rejects file: none is left unlisted.
+            self.target.catalog.refresh().await;
+            let validated = batch::validate(
+                &self.chunk,
+                first_line,
+                Timestamp::now(),
+                &self.target.limits,
+                usize::MAX,
+                &*self.target.catalog.read(),
+                self.claims,
+            );
+            self.write_rejects(&validated.rejected)?;
+            progress.rejects += validated.rejected.len() as u64;
+            let chunk_no = self.chunk_no;
+            self.chunk_no += 1;
+            let n = validated.events.len();
+            if n == 0 {
+                continue;
+            }
+            let key = format!("backfill:{}:{chunk_no}", self.identity);
+            return Ok(Some(Chunk {
+                idempotency: Idempotency::for_body(&key, &self.chunk, n.to_string().into_bytes()),
+                counts: batch::kind_counts(&validated.events),
+                events: validated.events,
+                first_line,
+            }));
+        }
+    }
+
+    /// Reads up to `CHUNK_LINES` lines into `chunk`; false at the end of
+    /// the file.
+    fn read_lines(&mut self) -> Result<bool, String> {
+        let fail = |e: std::io::Error| format!("{}: {e}", self.path.display());
+        self.chunk.clear();
+        let mut lines = 0;
+        while lines < CHUNK_LINES {
+            let n = self
+                .lines
+                .read_until(b'\n', &mut self.chunk)
+                .map_err(fail)?;
+            if n == 0 {
+                break;
+            }
+            if !self.chunk.ends_with(b"\n") {
+                self.chunk.push(b'\n');
+            }
+            lines += 1;
+        }
+        self.report.lines += lines as u64;
+        Ok(lines > 0)
+    }
+
+    fn write_rejects(&mut self, rejected: &[batch::Rejected]) -> Result<(), String> {
+        if rejected.is_empty() {
+            return Ok(());
+        }
+        let file = match &mut self.rejects {
+            Some(f) => f,
+            None => {
+                let p = rejects_path(self.path);
+                self.report.rejects_file = Some(p.clone());
+                let file =
+                    std::fs::File::create(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                self.rejects.insert(file)
+            }
+        };
+        for r in rejected {
+            let line = serde_json::to_string(r).expect("reject serializes");
+            writeln!(file, "{line}").map_err(|e| format!("{}: {e}", self.path.display()))?;
+        }
+        self.report.rejected += rejected.len() as u64;
+        Ok(())
+    }
+}
+
+/// Appends one chunk, waiting out another backfill of the same file that
+/// holds its key.
+async fn append_chunk(log: &dyn EventLog, path: &Path, chunk: Chunk) -> Result<Appended, String> {
+    let n = chunk.events.len() as u64;
+    loop {
+        let append = AppendBatch {
+            events: chunk.events.clone(),
+            idempotency: Some(chunk.idempotency.clone()),
+        };
+        match log
+            .append(append)
+            .await
+            .map_err(|e| format!("event log: {e}"))?
+        {
+            AppendOutcome::Appended { .. } => {
+                batch::count_accepted(chunk.counts);
+                return Ok(Appended {
+                    accepted: n,
+                    already_appended: 0,
+                });
+            }
+            AppendOutcome::Duplicate { .. } => {
+                return Ok(Appended {
+                    accepted: 0,
+                    already_appended: n,
+                })
+            }
+            AppendOutcome::Conflict => {
+                return Err(format!(
+                    "{}: lines {}.. were appended before with other content under the same key ({}); nothing of them was appended again",
+                    path.display(),
+                    chunk.first_line,
+                    chunk.idempotency.key
+                ))
+            }
+            // Another backfill of this file holds the chunk (or one that
+            // died does, until its lease runs out).
+            AppendOutcome::Busy { retry_after } => tokio::time::sleep(retry_after).await,
+        }
+    }
 }
