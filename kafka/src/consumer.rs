@@ -126,9 +126,9 @@ pub struct KafkaConsumer {
 
 /// The group consumer, closed on a blocking thread when the last handle
 /// drops. Closing leaves the group, and librdkafka serves the rebalance
-/// callbacks still queued as it does; the assignment's waits on the store
-/// (`GroupContext::pre_rebalance`), which a runtime worker must not do —
-/// and a projector drops its consumer on a worker after a failed step.
+/// callbacks still queued as it does; the assignment callback waits on the
+/// store (`GroupContext::pre_rebalance`), which a runtime worker must not
+/// do — and a projector drops its consumer on a worker after a failed step.
 struct Closing(Option<Arc<Inner>>);
 
 impl std::ops::Deref for Closing {
