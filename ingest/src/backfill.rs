@@ -130,13 +130,13 @@ pub async fn backfill_file(
     path: &Path,
     progress: &mut Progress,
 ) -> Result<FileReport, String> {
-    let identity = identity(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let identity = identity(path).map_err(at(path))?;
     let mut reading = Reading {
         target,
         claims,
         path,
         identity,
-        lines: open_lines(path).map_err(|e| format!("{}: {e}", path.display()))?,
+        lines: open_lines(path).map_err(at(path))?,
         chunk: Vec::with_capacity(CHUNK_LINES * 128),
         chunk_no: 0,
         report: FileReport {
@@ -239,14 +239,13 @@ impl Reading<'_, '_> {
     /// Reads up to `CHUNK_LINES` lines into `chunk`; false at the end of
     /// the file.
     fn read_lines(&mut self) -> Result<bool, String> {
-        let fail = |e: std::io::Error| format!("{}: {e}", self.path.display());
         self.chunk.clear();
         let mut lines = 0;
         while lines < CHUNK_LINES {
             let n = self
                 .lines
                 .read_until(b'\n', &mut self.chunk)
-                .map_err(fail)?;
+                .map_err(at(self.path))?;
             if n == 0 {
                 break;
             }
@@ -268,18 +267,22 @@ impl Reading<'_, '_> {
             None => {
                 let p = rejects_path(self.path);
                 self.report.rejects_file = Some(p.clone());
-                let file =
-                    std::fs::File::create(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                let file = std::fs::File::create(&p).map_err(at(&p))?;
                 self.rejects.insert(file)
             }
         };
         for r in rejected {
             let line = serde_json::to_string(r).expect("reject serializes");
-            writeln!(file, "{line}").map_err(|e| format!("{}: {e}", self.path.display()))?;
+            writeln!(file, "{line}").map_err(at(self.path))?;
         }
         self.report.rejected += rejected.len() as u64;
         Ok(())
     }
+}
+
+/// An I/O error as the message a backfill fails with: the file, then why.
+fn at(path: &Path) -> impl Fn(std::io::Error) -> String + '_ {
+    move |e| format!("{}: {e}", path.display())
 }
 
 /// Appends one chunk, waiting out another backfill of the same file that

@@ -116,13 +116,11 @@ struct InFlight {
 pub struct StepStats {
     /// Events consumed, folded or not.
     pub events: usize,
-    pub rows_written: usize,
 }
 
 impl std::ops::AddAssign for StepStats {
     fn add_assign(&mut self, other: StepStats) {
         self.events += other.events;
-        self.rows_written += other.rows_written;
     }
 }
 
@@ -180,8 +178,7 @@ impl Projector {
                 // last events are committed without waiting for more.
                 let result = match self.advance(consumer.as_mut()).await {
                     Ok(stats) if stats.events == 0 => self.settle(consumer.as_mut()).await,
-                    Ok(_) => Ok(()),
-                    Err(e) => Err(e),
+                    other => other.map(|_| ()),
                 };
                 match result {
                     Ok(()) => {
@@ -236,7 +233,7 @@ impl Projector {
     pub async fn step(&mut self, consumer: &mut dyn LogConsumer) -> Result<StepStats> {
         let stats = match self.advance(consumer).await {
             Ok(stats) => self.settle(consumer).await.map(|_| stats),
-            Err(e) => Err(e),
+            failed => failed,
         };
         if stats.is_err() {
             self.abandon().await;
@@ -339,7 +336,6 @@ impl Projector {
         let (write, report) = self.fold_segment(segment, upto).await?;
         let stats = StepStats {
             events: report.events,
-            rows_written: write.rows.len(),
         };
         self.settle(consumer).await?;
         let store = self.store.clone();
