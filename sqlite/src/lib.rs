@@ -32,6 +32,7 @@ mod limits;
 mod log;
 mod rowcodec;
 mod store;
+mod tickblock;
 
 pub use idempotency::IdempotencyFile;
 pub use log::{EmbeddedSource, SqliteConsumer, SqliteLog};

@@ -65,7 +65,7 @@ pub(crate) fn encode(sum: f64, candle: Option<&Candle>, bucket: i64, last_offset
 /// The sum and candle [`encode`] packed; a malformed blob is
 /// [`Error::Corrupt`].
 pub(crate) fn decode(v: &[u8], bucket: i64, last_offset: u64) -> Result<(f64, Option<Candle>)> {
-    let mut r = Reader { v, at: 0 };
+    let mut r = Reader::new(v, WHAT);
     let tag = r.byte()?;
     let out = match tag {
         NO_CANDLE => (r.f64()?, None),
@@ -108,17 +108,24 @@ pub(crate) fn decode(v: &[u8], bucket: i64, last_offset: u64) -> Result<(f64, Op
 /// The bucket's sum alone (the first f64 of every layout).
 pub(crate) fn sum(v: &[u8]) -> Result<f64> {
     match v.first().copied() {
-        Some(NO_CANDLE | ONE_TICK | FULL) => Reader { v, at: 1 }.f64(),
+        Some(NO_CANDLE | ONE_TICK | FULL) => Reader {
+            at: 1,
+            ..Reader::new(v, WHAT)
+        }
+        .f64(),
         Some(other) => Err(corrupt(format!("tag {other}"))),
         None => Err(corrupt("empty".into())),
     }
 }
 
+/// What a malformed blob is reported as.
+const WHAT: &str = "price bucket value";
+
 fn corrupt(why: String) -> Error {
-    Error::Corrupt(format!("price bucket value: {why}"))
+    Error::Corrupt(format!("{WHAT}: {why}"))
 }
 
-fn put_f64(out: &mut Vec<u8>, v: f64) {
+pub(crate) fn put_f64(out: &mut Vec<u8>, v: f64) {
     out.extend_from_slice(&v.to_le_bytes());
 }
 
@@ -128,7 +135,7 @@ fn put_mark_position(out: &mut Vec<u8>, m: &Mark, bucket: i64, last_offset: u64)
 }
 
 /// LEB128 of the zigzag mapping (0, -1, 1, -2, … → 0, 1, 2, 3, …).
-fn put_zigzag(out: &mut Vec<u8>, v: i64) {
+pub(crate) fn put_zigzag(out: &mut Vec<u8>, v: i64) {
     let mut z = ((v << 1) ^ (v >> 63)) as u64;
     while z >= 0x80 {
         out.push(z as u8 | 0x80);
@@ -137,43 +144,59 @@ fn put_zigzag(out: &mut Vec<u8>, v: i64) {
     out.push(z as u8);
 }
 
-struct Reader<'a> {
+/// Reads what `put_f64` and `put_zigzag` wrote; running past the end or
+/// an overlong varint is [`Error::Corrupt`], named by `what`.
+pub(crate) struct Reader<'a> {
     v: &'a [u8],
-    at: usize,
+    pub(crate) at: usize,
+    what: &'static str,
 }
 
-impl Reader<'_> {
-    fn byte(&mut self) -> Result<u8> {
+impl<'a> Reader<'a> {
+    pub(crate) fn new(v: &'a [u8], what: &'static str) -> Self {
+        Reader { v, at: 0, what }
+    }
+
+    pub(crate) fn corrupt(&self, why: impl std::fmt::Display) -> Error {
+        Error::Corrupt(format!("{}: {why}", self.what))
+    }
+
+    /// Whether every byte was read.
+    pub(crate) fn done(&self) -> bool {
+        self.at == self.v.len()
+    }
+
+    pub(crate) fn byte(&mut self) -> Result<u8> {
         let b = *self
             .v
             .get(self.at)
-            .ok_or_else(|| corrupt(format!("ends at byte {}", self.at)))?;
+            .ok_or_else(|| self.corrupt(format_args!("ends at byte {}", self.at)))?;
         self.at += 1;
         Ok(b)
     }
 
-    fn f64(&mut self) -> Result<f64> {
+    pub(crate) fn f64(&mut self) -> Result<f64> {
         let bytes = self
             .v
             .get(self.at..self.at + 8)
-            .ok_or_else(|| corrupt(format!("ends inside the f64 at byte {}", self.at)))?;
+            .ok_or_else(|| self.corrupt(format_args!("ends inside the f64 at byte {}", self.at)))?;
         self.at += 8;
         Ok(f64::from_le_bytes(bytes.try_into().expect("8 bytes")))
     }
 
-    fn zigzag(&mut self) -> Result<i64> {
+    pub(crate) fn zigzag(&mut self) -> Result<i64> {
         let mut z: u64 = 0;
         for shift in (0..64).step_by(7) {
             let b = self.byte()?;
             if shift == 63 && b > 1 {
-                return Err(corrupt("varint over 64 bits".into()));
+                return Err(self.corrupt("varint over 64 bits"));
             }
             z |= u64::from(b & 0x7f) << shift;
             if b < 0x80 {
                 return Ok((z >> 1) as i64 ^ -((z & 1) as i64));
             }
         }
-        Err(corrupt("varint over 64 bits".into()))
+        Err(self.corrupt("varint over 64 bits"))
     }
 
     fn mark_position(&mut self, bucket: i64, last_offset: u64) -> Result<(Timestamp, u64)> {

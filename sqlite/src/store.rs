@@ -4,6 +4,7 @@
 use crate::db::{blocking, open, Durability, Pool};
 use crate::limits::RateLog;
 use crate::rowcodec;
+use crate::tickblock::{self, PriceTick};
 use crate::{CResult, Error, Result};
 use async_trait::async_trait;
 use hindsight_contracts::*;
@@ -30,7 +31,11 @@ use std::time::Instant;
 /// integer `res` ([`res_code`]), and packs a price bucket's sum and candle
 /// into one blob ([`crate::rowcodec`]); opening an older store converts it
 /// in place ([`migrate_series_tables`]), history intact, without a replay.
-pub const SCHEMA_VERSION: i64 = 6;
+/// Version 7 keeps price ticks in blocks of up to
+/// [`tickblock::BLOCK_TICKS`] (`price_tick_blocks`, [`crate::tickblock`])
+/// instead of a row each; opening an older store packs its `price_ticks`
+/// into blocks ([`migrate_price_ticks`]).
+pub const SCHEMA_VERSION: i64 = 7;
 
 /// The code of a resolution in the bucket tables' `res` column: its width
 /// in minutes. Stored in every bucket row, so stable forever: a new
@@ -82,11 +87,16 @@ CREATE TABLE IF NOT EXISTS book_buckets (
 
 -- Tick level: every price tick, book snapshot and trade as ingested, per
 -- token in (ts, log position) order. The key is the tick's identity, so a
--- replayed event rewrites its own row. `trade_ids` keeps, per token and
--- trade id, the position of the one trade stored under it.
-CREATE TABLE IF NOT EXISTS price_ticks (
+-- replayed event rewrites its own row (or, for price ticks, its own entry
+-- of its block). `trade_ids` keeps, per token and trade id, the position
+-- of the one trade stored under it.
+--
+-- Price ticks: a row holds `n` of a token's ticks, encoded by `tickblock`,
+-- and is keyed by the first; a tick is in the block with the greatest key
+-- at or before its own.
+CREATE TABLE IF NOT EXISTS price_tick_blocks (
     sid INTEGER NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
-    log_offset INTEGER NOT NULL, p REAL NOT NULL,
+    log_offset INTEGER NOT NULL, n INTEGER NOT NULL, v BLOB NOT NULL,
     PRIMARY KEY (sid, ts, log_partition, log_offset)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS book_ticks (
@@ -159,7 +169,7 @@ const DERIVED_TABLES: &[&str] = &[
     "price_buckets",
     "metric_buckets",
     "book_buckets",
-    "price_ticks",
+    "price_tick_blocks",
     "book_ticks",
     "trades",
     "trade_ids",
@@ -248,10 +258,14 @@ fn migrate_series_tables(conn: &Connection, moved: &[(&str, &str)]) -> Result<()
         )?;
     }
     for (table, id) in moved {
-        rows += if *table == "price_buckets" {
-            migrate_price_buckets(conn)?
-        } else {
-            migrate_series_table(conn, table, id)?
+        rows += match *table {
+            "price_buckets" => migrate_price_buckets(conn)?,
+            "price_ticks" => migrate_price_ticks(
+                conn,
+                "SELECT s.sid, o.ts, o.log_partition, o.log_offset, o.p
+                 FROM v5_price_ticks o JOIN series_ids s ON s.name = o.token_id",
+            )?,
+            _ => migrate_series_table(conn, table, id)?,
         };
         conn.execute_batch(&format!("DROP TABLE v5_{table}"))?;
     }
@@ -310,6 +324,59 @@ fn migrate_series_table(conn: &Connection, table: &str, id: &str) -> Result<usiz
         ),
         [],
     )?)
+}
+
+/// Packs the price ticks of an older store into blocks: `select` yields
+/// `sid, ts, log_partition, log_offset, p`. A store of version 6 keeps
+/// them in `price_ticks` (dropped once packed); an older one in the table
+/// [`move_old_series_tables`] moved aside.
+fn migrate_price_ticks(conn: &Connection, select: &str) -> Result<usize> {
+    let mut read = conn.prepare(&format!("{select} ORDER BY 1, 2, 3, 4"))?;
+    let mut rows = read.query([])?;
+    let mut inserts = Inserts::new(conn);
+    let (mut sid, mut ticks) = (0, Vec::new());
+    let mut n = 0;
+    while let Some(r) = rows.next()? {
+        let next_sid: i64 = r.get(0)?;
+        if next_sid != sid && !ticks.is_empty() {
+            inserts.put_price_blocks(sid, &ticks)?;
+            ticks.clear();
+        }
+        sid = next_sid;
+        ticks.push((
+            TickKey {
+                ts: Timestamp(r.get(1)?),
+                partition: r.get::<_, i64>(2)? as u32,
+                offset: r.get::<_, i64>(3)? as u64,
+            },
+            r.get::<_, f64>(4)?,
+        ));
+        n += 1;
+    }
+    if !ticks.is_empty() {
+        inserts.put_price_blocks(sid, &ticks)?;
+    }
+    Ok(n)
+}
+
+/// Packs the `price_ticks` of a version 6 store into blocks and drops it.
+/// Nothing on a store without that table (new, or of version 7).
+fn migrate_v6_price_ticks(conn: &Connection) -> Result<()> {
+    if !has_column(conn, "price_ticks", "sid")? {
+        return Ok(());
+    }
+    let started = Instant::now();
+    let ticks = migrate_price_ticks(
+        conn,
+        "SELECT sid, ts, log_partition, log_offset, p FROM price_ticks",
+    )?;
+    conn.execute_batch("DROP TABLE price_ticks")?;
+    tracing::info!(
+        ticks,
+        seconds = started.elapsed().as_secs_f64(),
+        "store.db: price ticks packed into blocks (schema version {SCHEMA_VERSION})"
+    );
+    Ok(())
 }
 
 /// Copies the old `price_buckets`, row by row: the sum and candle columns
@@ -395,6 +462,7 @@ impl SqliteStore {
         tx.execute_batch(SCHEMA)?;
         migrate_catalog(&tx)?;
         migrate_series_tables(&tx, &moved)?;
+        migrate_v6_price_ticks(&tx)?;
         tx.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
             params![SCHEMA_VERSION.to_string()],
@@ -632,7 +700,7 @@ fn key_order(sid: i64, key: &RowKey) -> (Table, i64, i64, i64) {
 /// step: looking a statement up in the connection's cache and handing it
 /// back for every row and tick showed as a tenth of a rebuild's profile.
 struct Inserts<'t> {
-    tx: &'t Transaction<'t>,
+    tx: &'t Connection,
     prepared: [Option<rusqlite::CachedStatement<'t>>; Insert::COUNT],
 }
 
@@ -641,7 +709,8 @@ enum Insert {
     PriceRow,
     MetricRow,
     BookRow,
-    PriceTick,
+    ReadPriceBlocks,
+    PriceBlock,
     BookTick,
     TradeId,
     FirstTrade,
@@ -649,7 +718,7 @@ enum Insert {
 }
 
 impl Insert {
-    const COUNT: usize = 8;
+    const COUNT: usize = 9;
 
     fn sql(self) -> &'static str {
         match self {
@@ -662,7 +731,17 @@ impl Insert {
             Insert::BookRow => {
                 "INSERT OR REPLACE INTO book_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
             }
-            Insert::PriceTick => "INSERT OR REPLACE INTO price_ticks VALUES (?1, ?2, ?3, ?4, ?5)",
+            // From the block holding `?2..?4` back to the first block
+            // starting at or before the caller's least key (it stops
+            // reading there).
+            Insert::ReadPriceBlocks => {
+                "SELECT ts, log_partition, log_offset, v FROM price_tick_blocks
+                 WHERE sid = ?1 AND (ts, log_partition, log_offset) <= (?2, ?3, ?4)
+                 ORDER BY ts DESC, log_partition DESC, log_offset DESC"
+            }
+            Insert::PriceBlock => {
+                "INSERT OR REPLACE INTO price_tick_blocks VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+            }
             Insert::BookTick => "INSERT OR REPLACE INTO book_ticks VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             Insert::TradeId => "INSERT OR IGNORE INTO trade_ids VALUES (?1, ?2, ?3, ?4)",
             Insert::FirstTrade => {
@@ -676,7 +755,7 @@ impl Insert {
 }
 
 impl<'t> Inserts<'t> {
-    fn new(tx: &'t Transaction<'t>) -> Self {
+    fn new(tx: &'t Connection) -> Self {
         Inserts {
             tx,
             prepared: Default::default(),
@@ -745,8 +824,87 @@ impl<'t> Inserts<'t> {
         Ok(())
     }
 
-    /// Writes one tick under its key. A trade with an id is written only
-    /// at the position `trade_ids` holds for it: the first one given,
+    /// Writes one token's price ticks of a step (in key order; of two with
+    /// one key the later wins, as a row written twice would) into its
+    /// blocks, by the rules of [`crate::tickblock`]: each block the ticks
+    /// fall in is read, merged and written back, cut in pieces if it
+    /// outgrew the cap; ticks before every block make blocks of their own.
+    fn price_ticks(&mut self, sid: i64, ticks: &[PriceTick]) -> Result<()> {
+        let mut new: Vec<PriceTick> = Vec::with_capacity(ticks.len());
+        for &t in ticks {
+            match new.last_mut() {
+                Some(last) if last.0 == t.0 => *last = t,
+                _ => new.push(t),
+            }
+        }
+        let (Some(&(first, _)), Some(&(last, _))) = (new.first(), new.last()) else {
+            return Ok(());
+        };
+        // The blocks starting at or before the last new key, back to the
+        // one holding the first: every block a new tick falls in.
+        let mut stored: Vec<(TickKey, Vec<u8>)> = Vec::new();
+        {
+            let mut rows = self.get(Insert::ReadPriceBlocks)?.query(params![
+                sid,
+                last.ts.millis(),
+                last.partition,
+                last.offset as i64
+            ])?;
+            while let Some(r) = rows.next()? {
+                let start = TickKey {
+                    ts: Timestamp(r.get(0)?),
+                    partition: r.get::<_, i64>(1)? as u32,
+                    offset: r.get::<_, i64>(2)? as u64,
+                };
+                stored.push((start, blob(r, 3)?.to_vec()));
+                if start <= first {
+                    break;
+                }
+            }
+        }
+        stored.reverse();
+        let mut rest = &new[..];
+        if let Some((start, _)) = stored.first() {
+            let before = rest.partition_point(|t| t.0 < *start);
+            self.put_price_blocks(sid, &rest[..before])?;
+            rest = &rest[before..];
+        }
+        for (i, (start, v)) in stored.iter().enumerate() {
+            let next = stored.get(i + 1).map(|(next, _)| *next);
+            let mine = rest.partition_point(|t| next.is_none_or(|next| t.0 < next));
+            if mine > 0 {
+                let merged = tickblock::merge(tickblock::decode(*start, v)?, &rest[..mine]);
+                self.put_price_blocks(sid, &merged)?;
+                rest = &rest[mine..];
+            }
+        }
+        self.put_price_blocks(sid, rest)
+    }
+
+    /// Writes `ticks` (key order, distinct keys) as blocks of `sid`, each
+    /// under its first tick's key: the first replaces the block it was
+    /// merged from, which starts there.
+    fn put_price_blocks(&mut self, sid: i64, ticks: &[PriceTick]) -> Result<()> {
+        if ticks.is_empty() {
+            return Ok(());
+        }
+        for piece in tickblock::pieces(ticks) {
+            let start = piece[0].0;
+            self.get(Insert::PriceBlock)?.execute(params![
+                sid,
+                start.ts.millis(),
+                start.partition,
+                start.offset as i64,
+                piece.len() as i64,
+                tickblock::encode(piece)
+            ])?;
+        }
+        Ok(())
+    }
+
+    /// Writes one book snapshot or trade under its key (price ticks go
+    /// through [`Inserts::price_ticks`]). A trade with an id is written
+    /// only at the position `trade_ids` holds for it: the first one given,
     /// recorded here in the same transaction.
     fn tick(&mut self, sid: i64, t: &Tick) -> Result<()> {
         let (ts, part, off) = (
@@ -755,10 +913,7 @@ impl<'t> Inserts<'t> {
             t.key.offset as i64,
         );
         match &t.value {
-            TickValue::Price { p } => {
-                self.get(Insert::PriceTick)?
-                    .execute(params![sid, ts, part, off, p])?;
-            }
+            TickValue::Price { .. } => unreachable!("apply writes price ticks in blocks"),
             TickValue::Book { bids, asks } => {
                 self.get(Insert::BookTick)?
                     .execute(params![sid, ts, part, off, bids, asks])?;
@@ -795,16 +950,15 @@ impl<'t> Inserts<'t> {
     }
 }
 
-/// The order a step's ticks are written in: price ticks, then book
-/// snapshots, each by (`sid`, key) — the tables' key order, for the reason
-/// of [`key_order`]; their keys are distinct positions, so the order
-/// changes no outcome. Trades last, in the order given: the first position
-/// given for a trade id is the one kept.
+/// The order a step's book snapshots and trades are written in: book
+/// snapshots by (`sid`, key) — the table's key order, for the reason of
+/// [`key_order`]; their keys are distinct positions, so the order changes
+/// no outcome. Trades last, in the order given: the first position given
+/// for a trade id is the one kept.
 fn tick_order(sid: i64, t: &Tick) -> (u8, i64, Option<TickKey>) {
     match t.value {
-        TickValue::Price { .. } => (0, sid, Some(t.key)),
-        TickValue::Book { .. } => (1, sid, Some(t.key)),
-        TickValue::Trade { .. } => (2, 0, None),
+        TickValue::Trade { .. } => (1, 0, None),
+        _ => (0, sid, Some(t.key)),
     }
 }
 
@@ -1133,15 +1287,26 @@ impl ProjectionStore for SqliteStore {
                 rows.push((lookup.sid(&tx, &row.key.id)?, row));
             }
             rows.sort_by_key(|(sid, row)| key_order(*sid, &row.key));
-            let mut ticks = Vec::with_capacity(write.ticks.len());
+            // Price ticks go to their blocks, the others to a row each.
+            let mut prices = Vec::new();
+            let mut ticks = Vec::new();
             for tick in &write.ticks {
-                ticks.push((lookup.sid(&tx, &tick.token_id)?, tick));
+                let sid = lookup.sid(&tx, &tick.token_id)?;
+                match tick.value {
+                    TickValue::Price { p } => prices.push((sid, (tick.key, p))),
+                    _ => ticks.push((sid, tick)),
+                }
             }
+            prices.sort_by_key(|(sid, (key, _))| (*sid, *key));
             ticks.sort_by_key(|(sid, tick)| tick_order(*sid, tick));
             {
                 let mut inserts = Inserts::new(&tx);
                 for (sid, row) in rows {
                     inserts.row(sid, row)?;
+                }
+                for token in prices.chunk_by(|a, b| a.0 == b.0) {
+                    let ticks: Vec<PriceTick> = token.iter().map(|(_, t)| *t).collect();
+                    inserts.price_ticks(token[0].0, &ticks)?;
                 }
                 for (sid, tick) in ticks {
                     inserts.tick(sid, tick)?;
@@ -1173,6 +1338,113 @@ impl ProjectionStore for SqliteStore {
         })
         .await
     }
+}
+
+/// Visits, in key order, the price tick blocks of `id` that may hold
+/// ticks at or after `from` and before `end`: from the block holding
+/// `from` (the one starting at or before it, or the first) to the last
+/// starting before `end`. `visit` gets each block's start, count and blob
+/// and the next block's start, if one was read, and says whether to go on.
+fn price_blocks(
+    conn: &Connection,
+    id: &str,
+    from: TickKey,
+    end: Timestamp,
+    mut visit: impl FnMut(TickKey, u64, &[u8], Option<TickKey>) -> Result<bool>,
+) -> Result<()> {
+    let Some(sid) = conn
+        .prepare_cached("SELECT sid FROM series_ids WHERE name = ?1")?
+        .query_row([id], |r| r.get::<_, i64>(0))
+        .optional()?
+    else {
+        return Ok(());
+    };
+    let key = |r: &rusqlite::Row| -> rusqlite::Result<TickKey> {
+        Ok(TickKey {
+            ts: Timestamp(r.get(0)?),
+            partition: r.get::<_, i64>(1)? as u32,
+            offset: r.get::<_, i64>(2)? as u64,
+        })
+    };
+    let holder = conn
+        .prepare_cached(
+            "SELECT ts, log_partition, log_offset FROM price_tick_blocks
+             WHERE sid = ?1 AND (ts, log_partition, log_offset) <= (?2, ?3, ?4)
+             ORDER BY ts DESC, log_partition DESC, log_offset DESC LIMIT 1",
+        )?
+        .query_row(
+            params![sid, from.ts.millis(), from.partition, from.offset as i64],
+            key,
+        )
+        .optional()?;
+    let first = holder.map_or((i64::MIN, 0, 0), |k| {
+        (k.ts.millis(), k.partition as i64, k.offset as i64)
+    });
+    let mut stmt = conn.prepare_cached(
+        "SELECT ts, log_partition, log_offset, n, v FROM price_tick_blocks
+         WHERE sid = ?1 AND (ts, log_partition, log_offset) >= (?2, ?3, ?4) AND ts < ?5
+         ORDER BY ts, log_partition, log_offset",
+    )?;
+    let mut rows = stmt.query(params![sid, first.0, first.1, first.2, end.millis()])?;
+    // One block behind, so each is visited knowing where the next starts.
+    let mut held: Option<(TickKey, u64, Vec<u8>)> = None;
+    while let Some(r) = rows.next()? {
+        let start = key(r)?;
+        if let Some((at, n, v)) = held.take() {
+            if !visit(at, n, &v, Some(start))? {
+                return Ok(());
+            }
+        }
+        held = Some((start, r.get::<_, i64>(3)? as u64, blob(r, 4)?.to_vec()));
+    }
+    if let Some((at, n, v)) = held {
+        visit(at, n, &v, None)?;
+    }
+    Ok(())
+}
+
+/// The price ticks of `id` in `range`, read from their blocks.
+fn price_ticks(conn: &Connection, id: &str, range: &TickRange) -> Result<Vec<Tick>> {
+    let mut out = Vec::new();
+    price_blocks(conn, id, range.from, range.end, |start, _, v, _| {
+        let wanted = tickblock::decode(start, v)?
+            .into_iter()
+            .skip_while(|(key, _)| *key < range.from)
+            .take_while(|(key, _)| key.ts < range.end)
+            .take(range.limit - out.len());
+        out.extend(wanted.map(|(key, p)| Tick {
+            token_id: id.to_string(),
+            key,
+            value: TickValue::Price { p },
+        }));
+        Ok(out.len() < range.limit)
+    })?;
+    Ok(out)
+}
+
+/// How many price ticks `id` has in [start, end): a block inside the range
+/// (starting in it, and the next block too) counts by its `n`, without
+/// decoding; the blocks at its edges tick by tick.
+fn count_price_ticks(conn: &Connection, id: &str, start: i64, end: i64) -> Result<u64> {
+    let from = TickKey {
+        ts: Timestamp(start),
+        partition: 0,
+        offset: 0,
+    };
+    let mut n = 0u64;
+    price_blocks(conn, id, from, Timestamp(end), |at, count, v, next| {
+        // A block's ticks lie between its start and the next block's.
+        n += if at.ts.millis() >= start && next.is_some_and(|next| next.ts.millis() < end) {
+            count
+        } else {
+            tickblock::decode(at, v)?
+                .iter()
+                .filter(|(key, _)| (start..end).contains(&key.ts.millis()))
+                .count() as u64
+        };
+        Ok(true)
+    })?;
+    Ok(n)
 }
 
 /// The bound parameters of a bucket range: id, resolution code, start, end.
@@ -1331,6 +1603,13 @@ impl ReadStore for SqliteStore {
         end: Timestamp,
     ) -> CResult<u64> {
         let id = token_id.to_string();
+        if kind == TickKind::Price {
+            return self
+                .read("count_ticks", move |conn| {
+                    count_price_ticks(conn, &id, start.millis(), end.millis())
+                })
+                .await;
+        }
         // The primary key's index range: counted without reading the rows.
         let sql = format!(
             "SELECT count(*) FROM {} WHERE sid = (SELECT sid FROM series_ids WHERE name = ?1) AND ts >= ?2 AND ts < ?3",
@@ -1347,6 +1626,11 @@ impl ReadStore for SqliteStore {
 
     async fn ticks(&self, kind: TickKind, token_id: &str, range: TickRange) -> CResult<Vec<Tick>> {
         let id = token_id.to_string();
+        if kind == TickKind::Price {
+            return self
+                .read("read_ticks", move |conn| price_ticks(conn, &id, &range))
+                .await;
+        }
         self.read("read_ticks", move |conn| {
             // Row values: the primary key's index is scanned from `from`.
             let mut stmt = conn.prepare_cached(&format!(
@@ -1570,5 +1854,123 @@ mod tests {
             res_code_of_name("t", "2m"),
             Err(Error::Corrupt(_))
         ));
+    }
+
+    /// Price ticks through many steps — appends, late ticks before and
+    /// between blocks, replays, a key given twice in a step, steps large
+    /// enough to cut many blocks — read back as a map of key to price
+    /// would: every page from any cursor, every count; and the blocks keep
+    /// their rules (capped, first tick at the start, counts exact).
+    #[tokio::test]
+    async fn price_tick_blocks_read_as_one_row_per_tick() {
+        use std::collections::BTreeMap;
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let mut model: BTreeMap<TickKey, f64> = BTreeMap::new();
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move |n: u64| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        };
+        let t0 = 1_756_684_800_000i64;
+        let key = |ts: i64, partition: u32, offset: u64| TickKey {
+            ts: Timestamp(ts),
+            partition,
+            offset,
+        };
+        let mut offset = 0u64;
+        for step in 0..40 {
+            let size = [1, 3, 50, 400][(step % 4) as usize];
+            let mut ticks = Vec::new();
+            for _ in 0..size {
+                offset += 1;
+                let k = match next(10) {
+                    // A replay of a stored tick, at a new price: the key
+                    // is its identity, so it replaces it.
+                    0 if !model.is_empty() => {
+                        *model.keys().nth(next(model.len() as u64) as usize).unwrap()
+                    }
+                    // Late: anywhere in the past, even before every block.
+                    1 => key(t0 + next(100_000) as i64 - 50_000, 1, offset),
+                    _ => key(t0 + step * 10_000 + next(10_000) as i64, 0, offset),
+                };
+                let p = next(1_000) as f64 / 1_000.0;
+                ticks.push(Tick {
+                    token_id: "tok".into(),
+                    key: k,
+                    value: TickValue::Price { p },
+                });
+                model.insert(k, p);
+            }
+            if step % 5 == 0 {
+                // One key twice in a step: the later wins.
+                let mut again = ticks[0].clone();
+                again.value = TickValue::Price { p: 0.999 };
+                model.insert(again.key, 0.999);
+                ticks.push(again);
+            }
+            store
+                .apply(ProjectionWrite {
+                    ticks,
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+
+            let end = Timestamp(t0 + 1_000_000);
+            let keys: Vec<TickKey> = model.keys().copied().collect();
+            for _ in 0..5 {
+                let from = keys[next(keys.len() as u64) as usize];
+                let limit = 1 + next(300) as usize;
+                let page = store
+                    .ticks(TickKind::Price, "tok", TickRange { from, end, limit })
+                    .await
+                    .unwrap();
+                let want: Vec<(TickKey, f64)> = model
+                    .range(from..)
+                    .take(limit)
+                    .map(|(k, p)| (*k, *p))
+                    .collect();
+                let got: Vec<(TickKey, f64)> = page
+                    .iter()
+                    .map(|t| match t.value {
+                        TickValue::Price { p } => (t.key, p),
+                        _ => unreachable!(),
+                    })
+                    .collect();
+                assert_eq!(got, want, "step {step}: {limit} from {from:?}");
+                let (a, b) = (
+                    t0 - 60_000 + next(500_000) as i64,
+                    t0 - 60_000 + next(500_000) as i64,
+                );
+                let (a, b) = (a.min(b), a.max(b));
+                let count = store
+                    .count_ticks(TickKind::Price, "tok", Timestamp(a), Timestamp(b))
+                    .await
+                    .unwrap();
+                let want = model
+                    .keys()
+                    .filter(|k| (a..b).contains(&k.ts.millis()))
+                    .count();
+                assert_eq!(count, want as u64, "step {step}: count [{a}, {b})");
+            }
+            let (blocks, ticks, most): (i64, i64, i64) =
+                Connection::open(dir.path().join("store.db"))
+                    .unwrap()
+                    .query_row(
+                        "SELECT count(*), sum(n), max(n) FROM price_tick_blocks",
+                        [],
+                        |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+                    )
+                    .unwrap();
+            assert_eq!(ticks as usize, model.len(), "step {step}: counts exact");
+            assert!(
+                most as usize <= tickblock::BLOCK_TICKS,
+                "step {step}: {most}"
+            );
+            assert!(blocks as usize >= model.len() / tickblock::BLOCK_TICKS);
+        }
     }
 }

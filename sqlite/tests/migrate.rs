@@ -8,7 +8,9 @@
 //!   its old buckets read as having no candle until `rebuild`;
 //! - a `store.db` of version 5 (series tables keyed by text ids, price
 //!   buckets' candles in columns) answers every read as before under
-//!   version 6's integer ids and packed price values.
+//!   version 6's integer ids and packed price values;
+//! - a `store.db` of version 6 (a row per price tick) answers every tick
+//!   read as before from version 7's blocks.
 
 use hindsight_contracts::{Position, ProjectionStore, ProjectionWrite, ReadStore};
 use hindsight_schemas::{codec, Event, MarketRecord, Timestamp, Token};
@@ -491,7 +493,7 @@ INSERT INTO trade_ids VALUES ('tok-a', 'x1', 0, 13);
 INSERT INTO trades VALUES ('tok-a', 1756684803000, 0, 14, 0.6, 1.0, 'sell', NULL);
 ";
 
-/// A store of version 5 opens under version 6 in place: every read answers
+/// A store of version 5 opens under the current version in place: every read answers
 /// what the old tables held (the bucket from before candles still without
 /// one), the old tables are gone, a trade id decided before stays decided,
 /// and opening again changes nothing.
@@ -682,7 +684,7 @@ async fn a_version_5_store_keeps_every_series_row_under_integer_ids() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(version, "6");
+    assert_eq!(version, "7");
     let left: i64 = conn
         .query_row(
             "SELECT count(*) FROM sqlite_master WHERE name LIKE 'v5_%' OR sql LIKE '%token_id TEXT NOT NULL, res%'",
@@ -699,4 +701,144 @@ async fn a_version_5_store_keeps_every_series_row_under_integer_ids() {
         .collect::<Result<_, _>>()
         .unwrap();
     assert_eq!(names, ["mkt", "tok-a", "tok-b"]);
+}
+
+/// `price_ticks` as version 6 created it, with the series ids it keys by.
+const V6_PRICE_TICKS: &str = "
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '6');
+CREATE TABLE series_ids (sid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE price_ticks (
+    sid INTEGER NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
+    log_offset INTEGER NOT NULL, p REAL NOT NULL,
+    PRIMARY KEY (sid, ts, log_partition, log_offset)
+) WITHOUT ROWID;
+INSERT INTO series_ids VALUES (1, 'tok-a'), (2, 'tok-b');
+INSERT INTO price_ticks VALUES (1, 1756684800005, 0, 10, 0.25);
+INSERT INTO price_ticks VALUES (1, 1756684800005, 1, 3, 0.4);
+INSERT INTO price_ticks VALUES (1, 1756684859000, 0, 12, 0.75);
+INSERT INTO price_ticks VALUES (1, 1756688400001, 0, 20, 0.5);
+INSERT INTO price_ticks VALUES (2, 1756684800007, 0, 11, 0.125);
+";
+
+/// A store of version 6 opens under version 7 with its price ticks packed
+/// into blocks: reads, pages from a key and counts over part of a block
+/// answer what the rows held; the old table is gone; a later tick and a
+/// replayed one merge into the migrated block, a tick before it starts a
+/// block of its own; opening again changes nothing.
+#[tokio::test]
+async fn a_version_6_store_keeps_its_price_ticks_in_blocks() {
+    use hindsight_contracts::{Tick, TickKey, TickKind, TickRange, TickValue};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(V6_PRICE_TICKS)
+        .unwrap();
+    let t = 1_756_684_800_000;
+    let tick = |token: &str, ts: i64, partition, offset, p| Tick {
+        token_id: token.into(),
+        key: TickKey {
+            ts: Timestamp(ts),
+            partition,
+            offset,
+        },
+        value: TickValue::Price { p },
+    };
+    let mut want = vec![
+        tick("tok-a", t + 5, 0, 10, 0.25),
+        tick("tok-a", t + 5, 1, 3, 0.4),
+        tick("tok-a", t + 59_000, 0, 12, 0.75),
+        tick("tok-a", t + 3_600_001, 0, 20, 0.5),
+    ];
+    let day = Timestamp(t + 86_400_000);
+    for round in 0..3 {
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let range = |from, limit| TickRange {
+            from,
+            end: day,
+            limit,
+        };
+        let all = store
+            .ticks(
+                TickKind::Price,
+                "tok-a",
+                range(TickKey::at(Timestamp(0)), 10),
+            )
+            .await
+            .unwrap();
+        assert_eq!(all, want, "round {round}");
+        let from = want[1].key;
+        let page = store
+            .ticks(TickKind::Price, "tok-a", range(from, 2))
+            .await
+            .unwrap();
+        assert_eq!(page, want[1..3], "round {round}");
+        assert_eq!(
+            store
+                .ticks(
+                    TickKind::Price,
+                    "tok-b",
+                    range(TickKey::at(Timestamp(0)), 10)
+                )
+                .await
+                .unwrap(),
+            vec![tick("tok-b", t + 7, 0, 11, 0.125)]
+        );
+        for (start, end) in [
+            (t, day.0),
+            (t + 6, t + 3_600_002),
+            (t + 5, t + 6),
+            (t + 1, t + 2),
+        ] {
+            let n = want
+                .iter()
+                .filter(|w| (start..end).contains(&w.key.ts.0))
+                .count();
+            assert_eq!(
+                store
+                    .count_ticks(TickKind::Price, "tok-a", Timestamp(start), Timestamp(end))
+                    .await
+                    .unwrap(),
+                n as u64,
+                "round {round}: [{start}, {end})"
+            );
+        }
+        if round == 0 {
+            // A later tick inside the first block, a replay of one
+            // migrated there, and one before every block.
+            let late = tick("tok-a", t + 1_000, 0, 30, 0.9);
+            let early = tick("tok-a", t + 1, 0, 31, 0.1);
+            store
+                .apply(ProjectionWrite {
+                    ticks: vec![late.clone(), want[2].clone(), early.clone()],
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            want.insert(2, late);
+            want.insert(0, early);
+        }
+    }
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let (version, old): (String, i64) = conn
+        .query_row(
+            "SELECT (SELECT value FROM meta WHERE key = 'schema_version'),
+                    (SELECT count(*) FROM sqlite_master WHERE name = 'price_ticks')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!((version.as_str(), old), ("7", 0));
+    let blocks: Vec<(i64, i64, i64, i64)> = conn
+        .prepare("SELECT sid, ts, log_offset, n FROM price_tick_blocks ORDER BY 1, 2, 3")
+        .unwrap()
+        .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        blocks,
+        [(1, t + 1, 31, 1), (1, t + 5, 10, 5), (2, t + 7, 11, 1)]
+    );
 }

@@ -1,0 +1,476 @@
+//! Price ticks in blocks (store schema 7): a row of `price_tick_blocks`
+//! holds up to [`BLOCK_TICKS`] of one token's ticks, keyed by its first.
+//!
+//! A row per tick cost a B-tree entry of ~31 bytes and an insert of a few
+//! microseconds; a rebuild of 2 000 000 long-tail ticks spent more time on
+//! those inserts than on anything else. A block is written whole: a step
+//! reads the blocks its ticks fall in, merges, and writes each back once.
+//!
+//! Why blocks are keyed by the tick they start at and capped by count,
+//! not cut by time: a step rewrites every block it touches, so what
+//! bounds a block bounds the rewrite. An hour (the first cut, commit
+//! `cbae048`) let a token ticking hundreds of times a second grow blocks
+//! of hundreds of thousands of ticks, rewritten at every step. A count
+//! bounds it whatever the token's rate, and a rarely trading token still
+//! keeps days in one block. The rules (the store's `price_ticks` applies
+//! them):
+//! - a token's blocks partition its key space: a tick belongs to the
+//!   block with the greatest start at or before its key, and a tick before
+//!   every block starts a block of its own. A block's first tick is its
+//!   start, so a start never moves;
+//! - a block past [`BLOCK_TICKS`] is cut into equal pieces ([`pieces`]),
+//!   each starting at its first tick.
+//!
+//! So a replayed tick finds the block that holds it and overwrites itself
+//! (a tick is stored once, a block's count is exact), and a read seeks to
+//! the block holding its cursor. Where blocks are cut depends on how the
+//! log was cut into steps; the ticks they hold do not.
+//!
+//! Layout of `v`, after a tag byte:
+//! - `0` (plain): the body;
+//! - `1` (zstd): the body's length (varint), then the body as one zstd
+//!   frame — used when that is smaller.
+//!
+//! The body: the tick count; whether the ticks' partitions are kept (`1`)
+//! or all the start's (`0`: a token's events come from one log partition,
+//! so in practice always); the prices' scale (below); then per tick in key
+//! order the differences of `ts`, the partition if kept, and the offset
+//! from the previous tick's (the first from the block's start, so all
+//! zero) as zigzag varints, and the price.
+//!
+//! Prices are decimals in practice (a market's tick size is 0.01 or
+//! 0.001), and an f64's bits hide that: eight bytes of noisy mantissa that
+//! zstd cannot fold. So when every price of the block is the nearest f64
+//! to `m / 10^k` for one scale `k` ≤ [`MAX_SCALE`] (checked bit for bit,
+//! not assumed), the scale byte is `k` and each price is its `m` minus the
+//! previous one's, a zigzag varint: one or two bytes. Otherwise (a NaN,
+//! -0.0, a price of more digits) the scale byte is [`BITS`] and each price
+//! is its bits XOR the previous price's bits, eight little-endian bytes.
+//! The same trick as the floating-point compression of the columnar
+//! anchors (DuckDB's ALP). Every value round-trips bit for bit.
+
+use crate::rowcodec::{put_zigzag, Reader};
+use crate::Result;
+use hindsight_contracts::TickKey;
+use hindsight_schemas::Timestamp;
+
+/// The most ticks a block holds: a step rewrites at most this many per
+/// block it touches. 64 long-tail ticks encode to ~0.5 KB, which keeps a
+/// block inside its B-tree page: SQLite moves a key-ordered row's payload
+/// past ~1 KB (on 4 KB pages) to an overflow page of its own, and a cap of
+/// 128 left ~70 % of the table's pages empty.
+pub(crate) const BLOCK_TICKS: usize = 64;
+
+const PLAIN: u8 = 0;
+const ZSTD: u8 = 1;
+/// Bodies shorter than this stay plain: a zstd frame's header would eat
+/// what it saves.
+const COMPRESS_FROM: usize = 128;
+const ZSTD_LEVEL: i32 = 1;
+/// A body longer than this is corrupt ([`BLOCK_TICKS`] ticks take at most
+/// 39 bytes each; an older store's migration writes no larger blocks).
+const MAX_BODY: usize = 1 << 20;
+const WHAT: &str = "price tick block";
+/// The largest decimal scale tried: `10^15` is the largest power of ten
+/// an f64 holds exactly.
+const MAX_SCALE: u8 = 15;
+/// The scale byte of a block whose prices are kept as bits.
+const BITS: u8 = 0xff;
+/// A decimal price's integer `m` stays within this: every such integer is
+/// an exact f64.
+const MAX_MANTISSA: f64 = (1u64 << 53) as f64;
+
+thread_local! {
+    /// zstd contexts, kept: creating one per block (a rebuild writes tens
+    /// of thousands) costs more than compressing a small block.
+    static COMPRESSOR: std::cell::RefCell<zstd::bulk::Compressor<'static>> =
+        std::cell::RefCell::new(
+            zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("a zstd context at level 1"),
+        );
+    static DECOMPRESSOR: std::cell::RefCell<zstd::bulk::Decompressor<'static>> =
+        std::cell::RefCell::new(zstd::bulk::Decompressor::new().expect("a zstd context"));
+}
+
+/// One price tick: its key and price.
+pub(crate) type PriceTick = (TickKey, f64);
+
+/// `ticks` (in key order, distinct keys) cut into the fewest blocks of at
+/// most [`BLOCK_TICKS`], of equal size give or take one: a block that
+/// grew one past the cap becomes two half full, so the next few steps
+/// appending to it rewrite half a block, not a full one.
+pub(crate) fn pieces(ticks: &[PriceTick]) -> impl Iterator<Item = &[PriceTick]> {
+    let n = ticks.len().div_ceil(BLOCK_TICKS).max(1);
+    let (size, longer) = (ticks.len() / n, ticks.len() % n);
+    let mut rest = ticks;
+    (0..n).map(move |i| {
+        let (piece, after) = rest.split_at(size + usize::from(i < longer));
+        rest = after;
+        piece
+    })
+}
+
+/// The blob of a block holding `ticks`: in key order, distinct keys, at
+/// least one. Its first tick is the block's start.
+pub(crate) fn encode(ticks: &[PriceTick]) -> Vec<u8> {
+    let mut body = Vec::with_capacity(2 + ticks.len() * 14);
+    put_zigzag(&mut body, ticks.len() as i64);
+    let start = ticks.first().expect("a block holds a tick").0;
+    let partitions = ticks
+        .iter()
+        .any(|(key, _)| key.partition != start.partition);
+    body.push(u8::from(partitions));
+    let scale = decimal_scale(ticks);
+    body.push(scale.unwrap_or(BITS));
+    let (mut ts, mut part, mut off, mut price) = (
+        start.ts.millis(),
+        start.partition as i64,
+        start.offset as i64,
+        0u64,
+    );
+    for (key, p) in ticks {
+        put_zigzag(&mut body, key.ts.millis().wrapping_sub(ts));
+        if partitions {
+            put_zigzag(&mut body, (key.partition as i64).wrapping_sub(part));
+        }
+        put_zigzag(&mut body, (key.offset as i64).wrapping_sub(off));
+        let next = match scale {
+            Some(k) => {
+                let m = mantissa(*p, k).expect("decimal_scale checked every price") as u64;
+                put_zigzag(&mut body, m.wrapping_sub(price) as i64);
+                m
+            }
+            None => {
+                body.extend_from_slice(&(p.to_bits() ^ price).to_le_bytes());
+                p.to_bits()
+            }
+        };
+        (ts, part, off, price) = (
+            key.ts.millis(),
+            key.partition as i64,
+            key.offset as i64,
+            next,
+        );
+    }
+    if body.len() >= COMPRESS_FROM {
+        let frame = COMPRESSOR
+            .with_borrow_mut(|c| c.compress(&body))
+            .expect("zstd compresses a buffer");
+        let mut out = Vec::with_capacity(frame.len() + 6);
+        out.push(ZSTD);
+        put_zigzag(&mut out, body.len() as i64);
+        if out.len() + frame.len() < 1 + body.len() {
+            out.extend_from_slice(&frame);
+            return out;
+        }
+    }
+    let mut out = Vec::with_capacity(1 + body.len());
+    out.push(PLAIN);
+    out.extend_from_slice(&body);
+    out
+}
+
+/// `10^k` for every scale: exact, so encoder and decoder divide by the
+/// same number.
+const POW10: [f64; MAX_SCALE as usize + 1] = [
+    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
+];
+
+/// The `m` with `m / 10^k` (in f64) equal to `p` bit for bit, if any.
+fn mantissa(p: f64, k: u8) -> Option<i64> {
+    let m = (p * POW10[k as usize]).round();
+    // Back from the integer, as `decode` computes it: -0.0 is no decimal.
+    (m.abs() <= MAX_MANTISSA && ((m as i64) as f64 / POW10[k as usize]).to_bits() == p.to_bits())
+        .then_some(m as i64)
+}
+
+/// The least scale at which every price of `ticks` is a decimal, if one
+/// is at most [`MAX_SCALE`].
+fn decimal_scale(ticks: &[PriceTick]) -> Option<u8> {
+    let mut k = 0;
+    for (_, p) in ticks {
+        while mantissa(*p, k).is_none() {
+            k += 1;
+            if k > MAX_SCALE {
+                return None;
+            }
+        }
+    }
+    // A price found at a smaller scale is, in practice, one at `k` too;
+    // checked, since the encoding must round-trip.
+    ticks
+        .iter()
+        .all(|(_, p)| mantissa(*p, k).is_some())
+        .then_some(k)
+}
+
+/// The ticks of the block at `start` [`encode`] wrote; a malformed blob
+/// (or one whose first tick is not `start`) is [`crate::Error::Corrupt`].
+pub(crate) fn decode(start: TickKey, v: &[u8]) -> Result<Vec<PriceTick>> {
+    let mut r = Reader::new(v, WHAT);
+    let inflated;
+    let body = match r.byte()? {
+        PLAIN => &v[1..],
+        ZSTD => {
+            let len = r.zigzag()?;
+            if !(0..=MAX_BODY as i64).contains(&len) {
+                return Err(r.corrupt(format_args!("body of {len} bytes")));
+            }
+            inflated = DECOMPRESSOR
+                .with_borrow_mut(|d| d.decompress(&v[r.at..], len as usize))
+                .map_err(|e| r.corrupt(format_args!("zstd: {e}")))?;
+            if inflated.len() != len as usize {
+                return Err(r.corrupt(format_args!(
+                    "body of {} bytes, {len} announced",
+                    inflated.len()
+                )));
+            }
+            &inflated[..]
+        }
+        other => return Err(r.corrupt(format_args!("tag {other}"))),
+    };
+    let mut r = Reader::new(body, WHAT);
+    let n = r.zigzag()?;
+    // A tick takes at least 3 bytes: a count beyond that is corrupt, and
+    // must not size an allocation.
+    if n < 0 || n as usize > body.len() / 3 {
+        return Err(r.corrupt(format_args!("{n} ticks in {} bytes", body.len())));
+    }
+    let partitions = match r.byte()? {
+        0 => false,
+        1 => true,
+        other => return Err(r.corrupt(format_args!("partitions flag {other}"))),
+    };
+    let scale = match r.byte()? {
+        BITS => None,
+        k if k <= MAX_SCALE => Some(k),
+        other => return Err(r.corrupt(format_args!("price scale {other}"))),
+    };
+    let mut out = Vec::with_capacity(n as usize);
+    let (mut ts, mut part, mut off, mut price) = (
+        start.ts.millis(),
+        start.partition as i64,
+        start.offset as i64,
+        0u64,
+    );
+    for _ in 0..n {
+        ts = ts.wrapping_add(r.zigzag()?);
+        if partitions {
+            part = part.wrapping_add(r.zigzag()?);
+        }
+        off = off.wrapping_add(r.zigzag()?);
+        let p = match scale {
+            Some(k) => {
+                price = price.wrapping_add(r.zigzag()? as u64);
+                (price as i64) as f64 / POW10[k as usize]
+            }
+            None => {
+                price ^= r.f64()?.to_bits();
+                f64::from_bits(price)
+            }
+        };
+        let partition = u32::try_from(part).map_err(|_| r.corrupt("partition out of range"))?;
+        out.push((
+            TickKey {
+                ts: Timestamp(ts),
+                partition,
+                offset: off as u64,
+            },
+            p,
+        ));
+    }
+    if !r.done() {
+        return Err(r.corrupt("bytes after the last tick"));
+    }
+    if out.first().map(|t| t.0) != Some(start) {
+        return Err(r.corrupt("first tick is not the block's start"));
+    }
+    if out.windows(2).any(|w| w[0].0 >= w[1].0) {
+        return Err(r.corrupt("ticks out of key order"));
+    }
+    Ok(out)
+}
+
+/// `stored` with `new` written over it: a tick whose key is stored
+/// replaces it (a replayed event writes its own tick again). Both are in
+/// key order; so is the result.
+pub(crate) fn merge(stored: Vec<PriceTick>, new: &[PriceTick]) -> Vec<PriceTick> {
+    if stored.is_empty() {
+        return new.to_vec();
+    }
+    let mut out = Vec::with_capacity(stored.len() + new.len());
+    let mut stored = stored.into_iter().peekable();
+    for t in new {
+        while let Some(s) = stored.next_if(|s| s.0 < t.0) {
+            out.push(s);
+        }
+        stored.next_if(|s| s.0 == t.0);
+        out.push(*t);
+    }
+    out.extend(stored);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const T0: i64 = 1_756_684_800_000;
+
+    fn tick(ts: i64, partition: u32, offset: u64, p: f64) -> PriceTick {
+        (
+            TickKey {
+                ts: Timestamp(ts),
+                partition,
+                offset,
+            },
+            p,
+        )
+    }
+
+    #[test]
+    fn blocks_round_trip_bit_for_bit_plain_and_compressed() {
+        let few = vec![tick(T0, 0, 7, 0.5), tick(T0 + 10, 0, 3, -0.0)];
+        let v = encode(&few);
+        assert_eq!(v[0], PLAIN);
+        assert_eq!(decode(few[0].0, &v).unwrap(), few);
+        assert_eq!(
+            decode(few[0].0, &v).unwrap()[1].1.to_bits(),
+            (-0.0f64).to_bits()
+        );
+
+        let many: Vec<_> = (0..3_600)
+            .map(|i| tick(T0 + i * 1_000, (i % 3) as u32, 1_000 + i as u64 * 17, 0.25))
+            .chain([tick(T0 + 3_600_000 - 1, 9, u64::MAX, f64::NAN)])
+            .collect();
+        let v = encode(&many);
+        assert_eq!(v[0], ZSTD);
+        assert!(v.len() < many.len() * 4, "{} bytes", v.len());
+        let back = decode(many[0].0, &v).unwrap();
+        assert_eq!(back.len(), many.len());
+        for (b, m) in back.iter().zip(&many) {
+            assert_eq!((b.0, b.1.to_bits()), (m.0, m.1.to_bits()));
+        }
+    }
+
+    #[test]
+    fn decimal_prices_take_a_byte_or_two_and_other_prices_their_bits() {
+        let at = |prices: &[f64]| -> Vec<PriceTick> {
+            prices
+                .iter()
+                .enumerate()
+                .map(|(i, p)| tick(T0 + i as i64, 0, i as u64, *p))
+                .collect()
+        };
+        for (prices, scale) in [
+            (vec![0.5, 0.25, 0.125], Some(3)),
+            (vec![0.001, 0.999, 0.5], Some(3)),
+            (vec![0.01, 0.02, 0.97], Some(2)),
+            (vec![1.0, 2.0, -3.0], Some(0)),
+            (vec![0.1 + 0.2, 0.5], None),
+            (vec![0.5, -0.0], None),
+            (vec![0.5, f64::NAN], None),
+            (vec![f64::INFINITY], None),
+            (vec![1e300], None),
+            (vec![1.0 / 3.0], None),
+        ] {
+            let ticks = at(&prices);
+            assert_eq!(decimal_scale(&ticks), scale, "{prices:?}");
+            let v = encode(&ticks);
+            let back = decode(ticks[0].0, &v).unwrap();
+            for (b, t) in back.iter().zip(&ticks) {
+                assert_eq!((b.0, b.1.to_bits()), (t.0, t.1.to_bits()), "{prices:?}");
+            }
+        }
+        // A long-tail block: prices of three decimals, offsets far apart.
+        let ticks: Vec<_> = (0..64)
+            .map(|i| {
+                tick(
+                    T0 + i * 47_000,
+                    0,
+                    i as u64 * 1_003,
+                    ((i * 7919) % 1000) as f64 / 1000.0,
+                )
+            })
+            .collect();
+        let v = encode(&ticks);
+        assert!(v.len() <= ticks.len() * 8, "{} bytes", v.len());
+        assert_eq!(decode(ticks[0].0, &v).unwrap(), ticks);
+    }
+
+    #[test]
+    fn a_malformed_block_is_corrupt_not_a_panic() {
+        let many: Vec<_> = (0..100).map(|i| tick(T0 + i, 0, i as u64, 0.5)).collect();
+        let start = many[0].0;
+        for v in [encode(&many[..3]), encode(&many)] {
+            for cut in 0..v.len() {
+                assert!(decode(start, &v[..cut]).is_err(), "cut at {cut}");
+            }
+            let mut longer = v.clone();
+            longer.push(0);
+            assert!(decode(start, &longer).is_err());
+        }
+        assert!(decode(start, &[7]).is_err());
+        // A count no body could hold.
+        let mut huge = vec![PLAIN];
+        put_zigzag(&mut huge, i64::MAX);
+        assert!(decode(start, &huge).is_err());
+        // A first tick that is not the block's start.
+        let mut off_start = vec![PLAIN];
+        put_zigzag(&mut off_start, 1);
+        off_start.extend_from_slice(&[1, BITS]);
+        for v in [1, 0, 0] {
+            put_zigzag(&mut off_start, v);
+        }
+        off_start.extend_from_slice(&[0; 8]);
+        assert!(decode(start, &off_start).is_err());
+        off_start[4] = 0;
+        assert_eq!(decode(start, &off_start).unwrap(), vec![(start, 0.0)]);
+        // Two ticks in the wrong order.
+        let swapped = encode(&[many[1], many[0]]);
+        assert!(decode(many[1].0, &swapped).is_err());
+    }
+
+    #[test]
+    fn a_merge_keeps_key_order_and_the_new_tick_of_a_stored_key() {
+        let stored = vec![
+            tick(T0, 0, 1, 0.1),
+            tick(T0 + 5, 0, 4, 0.2),
+            tick(T0 + 9, 0, 8, 0.3),
+        ];
+        let new = [
+            tick(T0 + 1, 0, 2, 0.9),
+            tick(T0 + 5, 0, 4, 0.7),
+            tick(T0 + 20, 0, 9, 0.4),
+        ];
+        assert_eq!(
+            merge(stored, &new),
+            vec![
+                tick(T0, 0, 1, 0.1),
+                tick(T0 + 1, 0, 2, 0.9),
+                tick(T0 + 5, 0, 4, 0.7),
+                tick(T0 + 9, 0, 8, 0.3),
+                tick(T0 + 20, 0, 9, 0.4),
+            ]
+        );
+        assert_eq!(merge(vec![], &new), new.to_vec());
+        assert_eq!(merge(new.to_vec(), &[]), new.to_vec());
+    }
+
+    #[test]
+    fn pieces_are_capped_and_even() {
+        let ticks: Vec<_> = (0..1_000).map(|i| tick(T0 + i, 0, i as u64, 0.5)).collect();
+        let sizes = |n: usize| pieces(&ticks[..n]).map(<[_]>::len).collect::<Vec<_>>();
+        assert_eq!(sizes(1), vec![1]);
+        assert_eq!(sizes(BLOCK_TICKS), vec![BLOCK_TICKS]);
+        assert_eq!(
+            sizes(BLOCK_TICKS + 1),
+            vec![BLOCK_TICKS / 2 + 1, BLOCK_TICKS / 2]
+        );
+        let many = sizes(1_000);
+        assert_eq!(many.len(), 1_000usize.div_ceil(BLOCK_TICKS));
+        assert!(many
+            .iter()
+            .all(|&n| n <= BLOCK_TICKS && n + 1 >= 1_000 / many.len()));
+        assert_eq!(many.iter().sum::<usize>(), 1_000);
+    }
+}
