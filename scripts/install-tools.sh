@@ -13,7 +13,8 @@
 # - for the benchmarks: Debian's nginx (the static-file anchor of
 #   `hindsight-bench api`), and DuckDB and chdb (the anchors of
 #   `hindsight-bench shapes`, bench/requirements.txt) in the virtualenv the
-#   Python checks share ($HINDSIGHT_VENV, default ~/.cache/hindsight-venv).
+#   Python checks share ($HINDSIGHT_VENV, default ~/.cache/hindsight-venv),
+#   with the official Python client and schemathesis (tests/sdk/requirements.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -47,4 +48,7 @@ fi
 
 venv="${HINDSIGHT_VENV:-$HOME/.cache/hindsight-venv}"
 [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-"$venv/bin/pip" install --quiet --disable-pip-version-check -r bench/requirements.txt
+# Both pinned sets, here: the browser test (tests/app/dashboard_browser.rs)
+# runs the official client under `cargo test`, before tests/sdk/run.sh.
+"$venv/bin/pip" install --quiet --disable-pip-version-check \
+  -r bench/requirements.txt -r tests/sdk/requirements.txt
