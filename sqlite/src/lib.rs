@@ -26,6 +26,7 @@
 
 mod accounts;
 mod db;
+mod decimal;
 mod exports;
 mod idempotency;
 mod limits;

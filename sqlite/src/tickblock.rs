@@ -38,17 +38,14 @@
 //! from the previous tick's (the first from the block's start, so all
 //! zero) as zigzag varints, and the price.
 //!
-//! Prices are decimals in practice (a market's tick size is 0.01 or
-//! 0.001), and an f64's bits hide that: eight bytes of noisy mantissa that
-//! zstd cannot fold. So when every price of the block is the nearest f64
-//! to `m / 10^k` for one scale `k` ≤ [`MAX_SCALE`] (checked bit for bit,
-//! not assumed), the scale byte is `k` and each price is its `m` minus the
-//! previous one's, a zigzag varint: one or two bytes. Otherwise (a NaN,
-//! -0.0, a price of more digits) the scale byte is [`BITS`] and each price
-//! is its bits XOR the previous price's bits, eight little-endian bytes.
-//! The same trick as the floating-point compression of the columnar
-//! anchors (DuckDB's ALP). Every value round-trips bit for bit.
+//! When every price of the block is a decimal at one scale `k`
+//! ([`crate::decimal`]), the scale byte is `k` and each price is its
+//! integer `m` minus the previous one's, a zigzag varint: one or two
+//! bytes. Otherwise (a NaN, -0.0, a price of more digits) the scale byte
+//! is [`BITS`] and each price is its bits XOR the previous price's bits,
+//! eight little-endian bytes. Every value round-trips bit for bit.
 
+use crate::decimal;
 use crate::rowcodec::{put_zigzag, Reader};
 use crate::Result;
 use hindsight_contracts::TickKey;
@@ -71,14 +68,8 @@ const ZSTD_LEVEL: i32 = 1;
 /// 39 bytes each; an older store's migration writes no larger blocks).
 const MAX_BODY: usize = 1 << 20;
 const WHAT: &str = "price tick block";
-/// The largest decimal scale tried: `10^15` is the largest power of ten
-/// an f64 holds exactly.
-const MAX_SCALE: u8 = 15;
 /// The scale byte of a block whose prices are kept as bits.
 const BITS: u8 = 0xff;
-/// A decimal price's integer `m` stays within this: every such integer is
-/// an exact f64.
-const MAX_MANTISSA: f64 = (1u64 << 53) as f64;
 
 thread_local! {
     /// zstd contexts, kept: creating one per block (a rebuild writes tens
@@ -119,7 +110,7 @@ pub(crate) fn encode(ticks: &[PriceTick]) -> Vec<u8> {
         .iter()
         .any(|(key, _)| key.partition != start.partition);
     body.push(u8::from(partitions));
-    let scale = decimal_scale(ticks);
+    let scale = decimal::scale(ticks.iter().map(|(_, p)| *p));
     body.push(scale.unwrap_or(BITS));
     let (mut ts, mut part, mut off, mut price) = (
         start.ts.millis(),
@@ -135,7 +126,7 @@ pub(crate) fn encode(ticks: &[PriceTick]) -> Vec<u8> {
         put_zigzag(&mut body, (key.offset as i64).wrapping_sub(off));
         let next = match scale {
             Some(k) => {
-                let m = mantissa(*p, k).expect("decimal_scale checked every price") as u64;
+                let m = decimal::mantissa(*p, k).expect("scale checked every price") as u64;
                 put_zigzag(&mut body, m.wrapping_sub(price) as i64);
                 m
             }
@@ -167,40 +158,6 @@ pub(crate) fn encode(ticks: &[PriceTick]) -> Vec<u8> {
     out.push(PLAIN);
     out.extend_from_slice(&body);
     out
-}
-
-/// `10^k` for every scale: exact, so encoder and decoder divide by the
-/// same number.
-const POW10: [f64; MAX_SCALE as usize + 1] = [
-    1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15,
-];
-
-/// The `m` with `m / 10^k` (in f64) equal to `p` bit for bit, if any.
-fn mantissa(p: f64, k: u8) -> Option<i64> {
-    let m = (p * POW10[k as usize]).round();
-    // Back from the integer, as `decode` computes it: -0.0 is no decimal.
-    (m.abs() <= MAX_MANTISSA && ((m as i64) as f64 / POW10[k as usize]).to_bits() == p.to_bits())
-        .then_some(m as i64)
-}
-
-/// The least scale at which every price of `ticks` is a decimal, if one
-/// is at most [`MAX_SCALE`].
-fn decimal_scale(ticks: &[PriceTick]) -> Option<u8> {
-    let mut k = 0;
-    for (_, p) in ticks {
-        while mantissa(*p, k).is_none() {
-            k += 1;
-            if k > MAX_SCALE {
-                return None;
-            }
-        }
-    }
-    // A price found at a smaller scale is, in practice, one at `k` too;
-    // checked, since the encoding must round-trip.
-    ticks
-        .iter()
-        .all(|(_, p)| mantissa(*p, k).is_some())
-        .then_some(k)
 }
 
 /// The ticks of the block at `start` [`encode`] wrote; a malformed blob
@@ -242,7 +199,7 @@ pub(crate) fn decode(start: TickKey, v: &[u8]) -> Result<Vec<PriceTick>> {
     };
     let scale = match r.byte()? {
         BITS => None,
-        k if k <= MAX_SCALE => Some(k),
+        k if k <= decimal::MAX_SCALE => Some(k),
         other => return Err(r.corrupt(format_args!("price scale {other}"))),
     };
     let mut out = Vec::with_capacity(n as usize);
@@ -261,7 +218,7 @@ pub(crate) fn decode(start: TickKey, v: &[u8]) -> Result<Vec<PriceTick>> {
         let p = match scale {
             Some(k) => {
                 price = price.wrapping_add(r.zigzag()? as u64);
-                (price as i64) as f64 / POW10[k as usize]
+                decimal::value(price as i64, k)
             }
             None => {
                 price ^= r.f64()?.to_bits();
@@ -354,28 +311,21 @@ mod tests {
 
     #[test]
     fn decimal_prices_take_a_byte_or_two_and_other_prices_their_bits() {
-        let at = |prices: &[f64]| -> Vec<PriceTick> {
-            prices
+        for prices in [
+            vec![0.001, 0.999, 0.5],
+            vec![0.1 + 0.2, 0.5],
+            vec![0.5, -0.0],
+        ] {
+            let ticks: Vec<PriceTick> = prices
                 .iter()
                 .enumerate()
                 .map(|(i, p)| tick(T0 + i as i64, 0, i as u64, *p))
-                .collect()
-        };
-        for (prices, scale) in [
-            (vec![0.5, 0.25, 0.125], Some(3)),
-            (vec![0.001, 0.999, 0.5], Some(3)),
-            (vec![0.01, 0.02, 0.97], Some(2)),
-            (vec![1.0, 2.0, -3.0], Some(0)),
-            (vec![0.1 + 0.2, 0.5], None),
-            (vec![0.5, -0.0], None),
-            (vec![0.5, f64::NAN], None),
-            (vec![f64::INFINITY], None),
-            (vec![1e300], None),
-            (vec![1.0 / 3.0], None),
-        ] {
-            let ticks = at(&prices);
-            assert_eq!(decimal_scale(&ticks), scale, "{prices:?}");
+                .collect();
             let v = encode(&ticks);
+            assert_eq!(
+                v[3] == BITS,
+                decimal::scale(prices.iter().copied()).is_none()
+            );
             let back = decode(ticks[0].0, &v).unwrap();
             for (b, t) in back.iter().zip(&ticks) {
                 assert_eq!((b.0, b.1.to_bits()), (t.0, t.1.to_bits()), "{prices:?}");
