@@ -343,14 +343,7 @@ fn migrate_price_ticks(conn: &Connection, select: &str) -> Result<usize> {
             ticks.clear();
         }
         sid = next_sid;
-        ticks.push((
-            TickKey {
-                ts: Timestamp(r.get(1)?),
-                partition: r.get::<_, i64>(2)? as u32,
-                offset: r.get::<_, i64>(3)? as u64,
-            },
-            r.get::<_, f64>(4)?,
-        ));
+        ticks.push((key_at(r, 1)?, r.get::<_, f64>(4)?));
         n += 1;
     }
     if !ticks.is_empty() {
@@ -851,11 +844,7 @@ impl<'t> Inserts<'t> {
                 last.offset as i64
             ])?;
             while let Some(r) = rows.next()? {
-                let start = TickKey {
-                    ts: Timestamp(r.get(0)?),
-                    partition: r.get::<_, i64>(1)? as u32,
-                    offset: r.get::<_, i64>(2)? as u64,
-                };
+                let start = key_at(r, 0)?;
                 stored.push((start, blob(r, 3)?.to_vec()));
                 if start <= first {
                     break;
@@ -962,29 +951,59 @@ fn tick_order(sid: i64, t: &Tick) -> (u8, i64, Option<TickKey>) {
     }
 }
 
-/// The columns of a tick table after its key, and how to read them.
-fn tick_columns(kind: TickKind) -> &'static str {
-    match kind {
-        TickKind::Price => "p",
-        TickKind::Book => "bids, asks",
-        TickKind::Trade => "price, size, side, trade_id",
+/// The tick kinds kept a row per tick; price ticks are kept in blocks
+/// ([`price_ticks`], [`count_price_ticks`]).
+#[derive(Clone, Copy)]
+enum RowTicks {
+    Book,
+    Trade,
+}
+
+impl RowTicks {
+    /// How `kind` is kept: none for price ticks.
+    fn of(kind: TickKind) -> Option<Self> {
+        match kind {
+            TickKind::Price => None,
+            TickKind::Book => Some(RowTicks::Book),
+            TickKind::Trade => Some(RowTicks::Trade),
+        }
+    }
+
+    fn table(self) -> &'static str {
+        match self {
+            RowTicks::Book => "book_ticks",
+            RowTicks::Trade => "trades",
+        }
+    }
+
+    /// The columns after the key, as [`tick_from_row`] reads them.
+    fn columns(self) -> &'static str {
+        match self {
+            RowTicks::Book => "bids, asks",
+            RowTicks::Trade => "price, size, side, trade_id",
+        }
     }
 }
 
-/// A tick from a row `ts, log_partition, log_offset, <tick_columns>`.
-fn tick_from_row(kind: TickKind, token_id: &str, r: &rusqlite::Row) -> Result<Tick> {
-    let key = TickKey {
-        ts: Timestamp(r.get(0)?),
-        partition: r.get::<_, i64>(1)? as u32,
-        offset: r.get::<_, i64>(2)? as u64,
-    };
+/// The tick key in columns `first` to `first + 2` (`ts, log_partition,
+/// log_offset`), as every tick table and `price_tick_blocks` keep it.
+fn key_at(r: &rusqlite::Row, first: usize) -> rusqlite::Result<TickKey> {
+    Ok(TickKey {
+        ts: Timestamp(r.get(first)?),
+        partition: r.get::<_, i64>(first + 1)? as u32,
+        offset: r.get::<_, i64>(first + 2)? as u64,
+    })
+}
+
+/// A tick from a row `ts, log_partition, log_offset, <columns>`.
+fn tick_from_row(kind: RowTicks, token_id: &str, r: &rusqlite::Row) -> Result<Tick> {
+    let key = key_at(r, 0)?;
     let value = match kind {
-        TickKind::Price => TickValue::Price { p: r.get(3)? },
-        TickKind::Book => TickValue::Book {
+        RowTicks::Book => TickValue::Book {
             bids: r.get(3)?,
             asks: r.get(4)?,
         },
-        TickKind::Trade => {
+        RowTicks::Trade => {
             let side: String = r.get(5)?;
             TickValue::Trade {
                 price: r.get(3)?,
@@ -1359,13 +1378,6 @@ fn price_blocks(
     else {
         return Ok(());
     };
-    let key = |r: &rusqlite::Row| -> rusqlite::Result<TickKey> {
-        Ok(TickKey {
-            ts: Timestamp(r.get(0)?),
-            partition: r.get::<_, i64>(1)? as u32,
-            offset: r.get::<_, i64>(2)? as u64,
-        })
-    };
     let holder = conn
         .prepare_cached(
             "SELECT ts, log_partition, log_offset FROM price_tick_blocks
@@ -1374,7 +1386,7 @@ fn price_blocks(
         )?
         .query_row(
             params![sid, from.ts.millis(), from.partition, from.offset as i64],
-            key,
+            |r| key_at(r, 0),
         )
         .optional()?;
     let first = holder.map_or((i64::MIN, 0, 0), |k| {
@@ -1389,7 +1401,7 @@ fn price_blocks(
     // One block behind, so each is visited knowing where the next starts.
     let mut held: Option<(TickKey, u64, Vec<u8>)> = None;
     while let Some(r) = rows.next()? {
-        let start = key(r)?;
+        let start = key_at(r, 0)?;
         if let Some((at, n, v)) = held.take() {
             if !visit(at, n, &v, Some(start))? {
                 return Ok(());
@@ -1603,17 +1615,17 @@ impl ReadStore for SqliteStore {
         end: Timestamp,
     ) -> CResult<u64> {
         let id = token_id.to_string();
-        if kind == TickKind::Price {
+        let Some(kind) = RowTicks::of(kind) else {
             return self
                 .read("count_ticks", move |conn| {
                     count_price_ticks(conn, &id, start.millis(), end.millis())
                 })
                 .await;
-        }
+        };
         // The primary key's index range: counted without reading the rows.
         let sql = format!(
             "SELECT count(*) FROM {} WHERE sid = (SELECT sid FROM series_ids WHERE name = ?1) AND ts >= ?2 AND ts < ?3",
-            kind.as_str()
+            kind.table()
         );
         self.read("count_ticks", move |conn| {
             let n: i64 = conn
@@ -1626,11 +1638,11 @@ impl ReadStore for SqliteStore {
 
     async fn ticks(&self, kind: TickKind, token_id: &str, range: TickRange) -> CResult<Vec<Tick>> {
         let id = token_id.to_string();
-        if kind == TickKind::Price {
+        let Some(kind) = RowTicks::of(kind) else {
             return self
                 .read("read_ticks", move |conn| price_ticks(conn, &id, &range))
                 .await;
-        }
+        };
         self.read("read_ticks", move |conn| {
             // Row values: the primary key's index is scanned from `from`.
             let mut stmt = conn.prepare_cached(&format!(
@@ -1638,8 +1650,8 @@ impl ReadStore for SqliteStore {
                  WHERE sid = (SELECT sid FROM series_ids WHERE name = ?1)
                    AND (ts, log_partition, log_offset) >= (?2, ?3, ?4) AND ts < ?5
                  ORDER BY ts, log_partition, log_offset",
-                tick_columns(kind),
-                kind.as_str()
+                kind.columns(),
+                kind.table()
             ))?;
             let from = range.from;
             let mut rows = stmt.query(params![
@@ -1675,7 +1687,7 @@ impl ReadStore for SqliteStore {
             )?;
             let mut rows = stmt.query(params![id, since.millis(), at.millis()])?;
             rows.next()?
-                .map(|r| tick_from_row(TickKind::Book, &id, r))
+                .map(|r| tick_from_row(RowTicks::Book, &id, r))
                 .transpose()
         })
         .await
