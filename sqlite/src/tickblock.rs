@@ -52,7 +52,7 @@ use hindsight_contracts::TickKey;
 use hindsight_schemas::Timestamp;
 
 /// The most ticks a block holds: a step rewrites at most this many per
-/// block it touches. 64 long-tail ticks encode to ~0.5 KB, which keeps a
+/// block it touches. 64 long-tail ticks encode to ~0.3 KB, which keeps a
 /// block inside its B-tree page: SQLite moves a key-ordered row's payload
 /// past ~1 KB (on 4 KB pages) to an overflow page of its own, and a cap of
 /// 128 left ~70 % of the table's pages empty.
