@@ -19,7 +19,7 @@
 //!   rarely one) a decimal at one scale ([`crate::decimal`]): the scale
 //!   byte `k` after the tag (after the sum for `4`), then each price as
 //!   its integer `m`, a zigzag varint, where `1` and `2` have the f64 —
-//!   a one-tick bucket in ~7 bytes instead of ~13.
+//!   a one-tick bucket in ~8 bytes instead of ~13.
 //!
 //! f64s are little-endian bits, so every value round-trips exactly. The
 //! encoding is canonical — equal values give equal bytes (tag 1 or 3

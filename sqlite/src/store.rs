@@ -822,9 +822,9 @@ impl<'t> Inserts<'t> {
     /// blocks, by the rules of [`crate::tickblock`]: each block the ticks
     /// fall in is read, merged and written back, cut in pieces if it
     /// outgrew the cap; ticks before every block make blocks of their own.
-    fn price_ticks(&mut self, sid: i64, ticks: &[PriceTick]) -> Result<()> {
-        let mut new: Vec<PriceTick> = Vec::with_capacity(ticks.len());
-        for &t in ticks {
+    fn price_ticks(&mut self, sid: i64, ticks: impl Iterator<Item = PriceTick>) -> Result<()> {
+        let mut new: Vec<PriceTick> = Vec::with_capacity(ticks.size_hint().0);
+        for t in ticks {
             match new.last_mut() {
                 Some(last) if last.0 == t.0 => *last = t,
                 _ => new.push(t),
@@ -1324,8 +1324,7 @@ impl ProjectionStore for SqliteStore {
                     inserts.row(sid, row)?;
                 }
                 for token in prices.chunk_by(|a, b| a.0 == b.0) {
-                    let ticks: Vec<PriceTick> = token.iter().map(|(_, t)| *t).collect();
-                    inserts.price_ticks(token[0].0, &ticks)?;
+                    inserts.price_ticks(token[0].0, token.iter().map(|(_, t)| *t))?;
                 }
                 for (sid, tick) in ticks {
                     inserts.tick(sid, tick)?;
