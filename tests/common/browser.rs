@@ -187,13 +187,18 @@ pub fn python(code: &str, key: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-/// Clicks the element `css` and waits for `then` on the page it leads to.
+/// Clicks the element `css` (a form's submit: every click here loads a
+/// page) and waits for `then` on the page it leads to. It first waits for
+/// the page it was on to be gone (that page's root stale): `then` may be
+/// on that page too — the explore page lists the market a search then
+/// finds — and an element found there goes stale in the caller's hands.
 pub async fn click_then(
     browser: &Client,
     css: &str,
     then: Locator<'_>,
     what: &str,
 ) -> fantoccini::elements::Element {
+    let old = browser.find(Locator::Css("html")).await.unwrap();
     browser
         .find(Locator::Css(css))
         .await
@@ -201,6 +206,20 @@ pub async fn click_then(
         .click()
         .await
         .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match old.tag_name().await {
+            Err(e) if e.is_stale_element_reference() => break,
+            Err(e) => panic!("{what}: {e}"),
+            Ok(_) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "{what}: clicking {css} loaded no page in 10 s"
+                );
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    }
     browser
         .wait()
         .for_element(then)
