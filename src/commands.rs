@@ -270,8 +270,8 @@ async fn rebuild(args: RebuildArgs) -> anyhow::Result<()> {
     let backends = Backends::connect(&args.backends(Timestamp::now().millis())?).await?;
     let store = backends.store()?;
     let started = std::time::Instant::now();
-    store.reset().await?;
     let mut projector = Projector::new(backends.source()?, store, args.projector.rebuild_config());
+    projector.reset_store().await?;
     let events = projector.catch_up().await?;
     let secs = started.elapsed().as_secs_f64();
     println!(

@@ -105,7 +105,21 @@ pub struct Rollup {
     batch_series: Vec<u32>,
     /// Slots changed since the last drain, each listed once.
     dirty: Vec<u32>,
+    /// Per series and resolution, the store's frontier: from this bucket
+    /// on, the store holds no row of the series that is not in memory, so
+    /// a row missing from memory there is absent and is not loaded.
+    /// `UNKNOWN` (no bucket is past it) until the store is known to be
+    /// empty ([`Rollup::store_emptied`]); then it moves past every row
+    /// forgotten ([`Rollup::forget_rows`]).
+    frontier: Vec<[i64; NRES]>,
+    /// The store held no row when [`Rollup::store_emptied`] was last
+    /// called, and nothing since ([`Rollup::clear`]) has made its rows
+    /// unknown: a series seen for the first time has none stored.
+    store_known: bool,
 }
+
+/// The frontier of a series the store may hold any row of.
+const UNKNOWN: i64 = i64::MAX;
 
 fn table_of(event: &Event) -> Option<(Table, &str)> {
     match event {
@@ -148,6 +162,8 @@ impl Rollup {
         map.insert(id.into(), i);
         self.series.push((table, id.into()));
         self.cursors.push([NO_CURSOR; NRES]);
+        let frontier = if self.store_known { i64::MIN } else { UNKNOWN };
+        self.frontier.push([frontier; NRES]);
         i
     }
 
@@ -192,7 +208,8 @@ impl Rollup {
                     dirty: false,
                 });
                 self.index.insert((series, r as u8, bucket), s);
-                if let Some(missing) = missing {
+                let stored = bucket < self.frontier[series as usize][r];
+                if let (Some(missing), true) = (missing, stored) {
                     let (table, id) = &self.series[series as usize];
                     missing.push(RowKey {
                         table: *table,
@@ -371,12 +388,44 @@ impl Rollup {
         rows
     }
 
-    /// Forgets every row (after a failed write, or when memory grows past a
-    /// bound); they are reloaded from the store when next touched.
+    /// Forgets every row and what is known of the store (after a failed
+    /// write, which may have left some of its rows, or when another
+    /// projector may have written): rows are loaded again when next
+    /// touched.
     pub fn clear(&mut self) {
         self.interned.iter_mut().for_each(|m| m.clear());
         self.series.clear();
         self.cursors.clear();
+        self.frontier.clear();
+        self.store_known = false;
+        self.forget_slots();
+    }
+
+    /// Forgets the rows in memory, every one of them written to the store
+    /// (when memory grows past its bound); they are loaded again when next
+    /// touched. A known frontier moves past each forgotten row, which the
+    /// store now holds: rows at or past the frontier were all in memory.
+    pub fn forget_rows(&mut self) {
+        if !self.store_known {
+            return self.clear();
+        }
+        for slot in &self.slots {
+            let frontier = &mut self.frontier[slot.series as usize][slot.res.index()];
+            *frontier = (*frontier).max(slot.bucket + 1);
+        }
+        self.cursors.fill([NO_CURSOR; NRES]);
+        self.forget_slots();
+    }
+
+    /// The store holds no row (it was just reset) and, until [`Rollup::clear`],
+    /// only this rollup writes the rows of the series it folds: every row
+    /// past the last one it wrote for a series is absent without a load.
+    pub fn store_emptied(&mut self) {
+        self.clear();
+        self.store_known = true;
+    }
+
+    fn forget_slots(&mut self) {
         self.index.clear();
         self.slots.clear();
         self.batch_series.clear();

@@ -151,6 +151,19 @@ impl Projector {
         self.owners.clear();
     }
 
+    /// Empties the store's derived tables ([`ProjectionStore::reset`]) to
+    /// replay the whole log into them (`hindsight rebuild`). Until the
+    /// projector forgets what it knows of the store (a failed step, a
+    /// consumer-group rebalance), every row the store holds is one it
+    /// wrote, so a bucket past the last one it wrote for a series is known
+    /// absent and not loaded: on a log in time order, nearly every bucket.
+    pub async fn reset_store(&mut self) -> Result<()> {
+        self.abandon().await;
+        self.store.reset().await?;
+        self.rollup.store_emptied();
+        Ok(())
+    }
+
     /// Runs until `shutdown` turns true. A failed step drops the in-memory
     /// rows, reopens the consumer at the durable position and retries with
     /// backoff: nothing is skipped, nothing applied twice.
@@ -275,7 +288,7 @@ impl Projector {
         if self.rollup.len() > self.config.max_cached_rows {
             // Forgetting waits for the write in flight (see `InFlight`).
             self.settle(consumer).await?;
-            self.rollup.clear();
+            self.rollup.forget_rows();
             self.owners.clear();
         }
         Ok(stats)

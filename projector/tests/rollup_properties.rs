@@ -449,7 +449,11 @@ async fn project(
     polls: &[usize],
     restarts: &[Restart],
 ) {
+    // The store is new: as `hindsight rebuild` does, the projector empties
+    // it first, and so skips loading the rows past its store's frontier
+    // until a planned crash starts a projector that knows nothing.
     let mut projector = projector(log, store);
+    projector.reset_store().await.unwrap();
     let chunked = |from| Chunked {
         inner: log.consumer(from).unwrap(),
         sizes: polls.iter(),

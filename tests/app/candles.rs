@@ -235,13 +235,12 @@ async fn candles_are_the_raw_ticks_ohlc_with_ties_by_log_position_and_survive_re
         let backends = Backends::connect(&BackendConfig::embedded(&dir))
             .await
             .unwrap();
-        let store = backends.store().unwrap();
-        store.reset().await.unwrap();
         let mut projector = Projector::new(
             backends.source().unwrap(),
-            store,
+            backends.store().unwrap(),
             ProjectorConfig::rebuild(),
         );
+        projector.reset_store().await.unwrap();
         let replayed = projector.catch_up().await.unwrap();
         assert_eq!(replayed, ticks.len() as u64 + 1, "every event replayed");
     }
