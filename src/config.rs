@@ -417,6 +417,12 @@ pub struct ProjectorOpts {
     /// 250000 for `rebuild`].
     #[arg(long, env = "HINDSIGHT_PROJECTOR_BATCH_MAX")]
     pub projector_batch_max: Option<usize>,
+    /// Most events in one step while the log is behind: each full poll
+    /// doubles the next, up to this, and larger steps drain a backlog with
+    /// fewer writes but hold more in memory [default: 160000; 250000 for
+    /// `rebuild`].
+    #[arg(long, env = "HINDSIGHT_PROJECTOR_BACKLOG_BATCH_MAX")]
+    pub projector_backlog_batch_max: Option<usize>,
 }
 
 impl ProjectorOpts {
@@ -439,6 +445,9 @@ impl ProjectorOpts {
     ) -> hindsight_projector::ProjectorConfig {
         hindsight_projector::ProjectorConfig {
             batch_max: self.projector_batch_max.unwrap_or(config.batch_max).max(1),
+            backlog_batch_max: self
+                .projector_backlog_batch_max
+                .unwrap_or(config.backlog_batch_max),
             ..config
         }
     }

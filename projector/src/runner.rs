@@ -39,8 +39,18 @@ use tokio::sync::watch;
 
 #[derive(Debug, Clone)]
 pub struct ProjectorConfig {
-    /// Most events folded in one durable step.
+    /// Most events folded in one durable step while the projector keeps up
+    /// with the log: small steps keep the time from an event's append to
+    /// its buckets short.
     pub batch_max: usize,
+    /// Most events in one step while the log is behind. A poll that comes
+    /// back full (`batch_max` or more) doubles the next one, up to this;
+    /// the first that does not returns to `batch_max`. A step writes every
+    /// row it changed, so a coarse bucket open across many steps is
+    /// rewritten once per step: on a long tail, a backlog drained in
+    /// 20 000-event steps writes several rows per event (see `rebuild`).
+    /// Memory grows with the step: its events and the rows they touch.
+    pub backlog_batch_max: usize,
     /// How long an idle poll waits for new events.
     pub idle_wait: Duration,
     /// Rows kept in memory between steps before they are dropped.
@@ -51,6 +61,7 @@ impl Default for ProjectorConfig {
     fn default() -> Self {
         ProjectorConfig {
             batch_max: 20_000,
+            backlog_batch_max: 160_000,
             idle_wait: Duration::from_millis(100),
             max_cached_rows: 500_000,
         }
@@ -68,6 +79,7 @@ impl ProjectorConfig {
     pub fn rebuild() -> Self {
         ProjectorConfig {
             batch_max: 250_000,
+            backlog_batch_max: 250_000,
             ..Default::default()
         }
     }
@@ -81,6 +93,9 @@ pub struct Projector {
     owners: Owners,
     /// The last segment's write, handed to the store and not yet awaited.
     in_flight: Option<InFlight>,
+    /// Most events the next poll takes: `batch_max`, doubled up to
+    /// `backlog_batch_max` after each full poll.
+    poll_max: usize,
 }
 
 /// A segment's write running on the store while the projector polls and
@@ -133,10 +148,11 @@ impl Projector {
         Projector {
             source,
             store,
-            config,
             rollup: Rollup::new(),
             owners: Owners::default(),
             in_flight: None,
+            poll_max: config.batch_max,
+            config,
         }
     }
 
@@ -260,9 +276,12 @@ impl Projector {
     /// After an error the caller must [`Projector::abandon`] the rows in
     /// memory, which may hold events that are not durable.
     pub async fn advance(&mut self, consumer: &mut dyn LogConsumer) -> Result<StepStats> {
-        let batch = consumer
-            .poll(self.config.batch_max, self.config.idle_wait)
-            .await?;
+        let batch = consumer.poll(self.poll_max, self.config.idle_wait).await?;
+        self.poll_max = if batch.len() >= self.poll_max {
+            (self.poll_max * 2).min(self.config.backlog_batch_max.max(self.config.batch_max))
+        } else {
+            self.config.batch_max
+        };
         // Partitions moved (a consumer-group rebalance): cached rows of a
         // partition this projector lost may since have been written by
         // another projector, so every row is loaded afresh.
@@ -370,33 +389,32 @@ impl Projector {
     /// positions `upto`. Every token of its ticks is in `owners`.
     async fn fold_segment(
         &mut self,
-        segment: Vec<Delivered>,
+        mut data: Vec<Delivered>,
         upto: Vec<Position>,
     ) -> Result<(ProjectionWrite, Written)> {
         let started = Instant::now();
-        let events = segment.len();
-        let mut data = Vec::with_capacity(segment.len());
+        let events = data.len();
+        // In place: a step's events are most of its memory. Catalog records
+        // are few, and copied out.
         let mut catalog: Vec<(Position, Event)> = Vec::new();
         let mut mismatched = Mismatched::default();
-        for d in segment {
+        data.retain(|d| {
             if matches!(
                 d.event,
                 Event::Series(_) | Event::Event(_) | Event::Market(_)
             ) {
-                catalog.push((d.position, d.event));
-                continue;
+                catalog.push((d.position, d.event.clone()));
+                return false;
             }
             if let Some((market, token)) = d.event.token_data() {
                 if let Some(reason) = tick_conflict(market, token, self.owners.get(token)) {
                     mismatched.add(d.position, reason);
-                    continue;
+                    return false;
                 }
             }
-            data.push(d);
-        }
+            true
+        });
         mismatched.report();
-        let ticks: Vec<_> = data.iter().filter_map(tick_of).collect();
-        let trades = ticks.iter().filter(|t| t.kind() == TickKind::Trade).count() as u64;
         let missing = self.rollup.prepare(&data);
         if !missing.is_empty() {
             let rows = self.store.load(missing).await?;
@@ -404,6 +422,9 @@ impl Projector {
         }
         let folded = self.rollup.apply(&data);
         let rows = self.rollup.drain_dirty();
+        // The events become their ticks, which take their strings.
+        let ticks: Vec<_> = data.into_iter().filter_map(tick_of).collect();
+        let trades = ticks.iter().filter(|t| t.kind() == TickKind::Trade).count() as u64;
         let mut per_table = [0u64; 3];
         rows.iter()
             .for_each(|r| per_table[r.key.table as usize] += 1);

@@ -7,13 +7,13 @@ use crate::rollup::levels_text;
 use hindsight_contracts::{Delivered, Tick, TickKey, TickValue};
 use hindsight_schemas::Event;
 
-/// The tick-level record of a price tick, book snapshot or trade; `None`
-/// for every other kind.
-pub fn tick_of(d: &Delivered) -> Option<Tick> {
-    let (token_id, ts, value) = match &d.event {
-        Event::Price(e) => (&e.token_id, e.ts, TickValue::Price { p: e.p }),
+/// The tick-level record of a price tick, book snapshot or trade, taking
+/// the event's strings; `None` for every other kind.
+pub fn tick_of(d: Delivered) -> Option<Tick> {
+    let (token_id, ts, value) = match d.event {
+        Event::Price(e) => (e.token_id, e.ts, TickValue::Price { p: e.p }),
         Event::Book(e) => (
-            &e.token_id,
+            e.token_id,
             e.ts,
             TickValue::Book {
                 bids: levels_text(&e.bids),
@@ -21,19 +21,19 @@ pub fn tick_of(d: &Delivered) -> Option<Tick> {
             },
         ),
         Event::Trade(e) => (
-            &e.token_id,
+            e.token_id,
             e.ts,
             TickValue::Trade {
                 price: e.price,
                 size: e.size,
                 side: e.side,
-                trade_id: e.trade_id.clone(),
+                trade_id: e.trade_id,
             },
         ),
         Event::Metrics(_) | Event::Series(_) | Event::Event(_) | Event::Market(_) => return None,
     };
     Some(Tick {
-        token_id: token_id.clone(),
+        token_id,
         key: TickKey::of(ts, d.position),
         value,
     })

@@ -59,6 +59,7 @@ async fn project(
     });
     let config = ProjectorConfig {
         batch_max: step,
+        backlog_batch_max: step,
         idle_wait: Duration::from_millis(5),
         ..ProjectorConfig::default()
     };

@@ -126,6 +126,8 @@ async fn feed(log: &dyn EventLog, events: &[Event]) -> usize {
 fn config() -> ProjectorConfig {
     ProjectorConfig {
         batch_max: STEP,
+        // Steps stay this size: the faults are planned by step number.
+        backlog_batch_max: STEP,
         idle_wait: Duration::from_millis(5),
         ..ProjectorConfig::default()
     }

@@ -432,7 +432,10 @@ fn projector(log: &Arc<SqliteLog>, store: &Arc<SqliteStore>) -> Projector {
         store: store.clone(),
     });
     let config = ProjectorConfig {
-        batch_max: 1_000,
+        // Steps of 3 events, doubled after each full poll (up to the whole
+        // log) and back to 3 after one that is not, as behind a backlog.
+        batch_max: 3,
+        backlog_batch_max: 1_000,
         idle_wait: Duration::from_millis(1),
         // Small, so that rows are forgotten and loaded again mid-log, with
         // a write in flight.

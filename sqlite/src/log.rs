@@ -29,7 +29,6 @@ use hindsight_contracts::{
 use hindsight_schemas::{codec, Timestamp};
 use hindsight_telemetry as tm;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
-use std::collections::VecDeque;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -157,7 +156,7 @@ impl SqliteLog {
         Ok(SqliteConsumer {
             conn: Arc::new(Mutex::new(open(&self.path, Durability::Full)?)),
             next: from,
-            pending: VecDeque::new(),
+            pending: Vec::new(),
             head: self.head.subscribe(),
         })
     }
@@ -268,21 +267,24 @@ impl EventLog for SqliteLog {
 pub struct SqliteConsumer {
     conn: Arc<Mutex<Connection>>,
     next: u64,
-    /// Events read and decoded, not yet handed out.
-    pending: VecDeque<Delivered>,
+    /// Events read and decoded past the last poll's `max`, not yet handed
+    /// out: at most the rest of one batch row.
+    pending: Vec<Delivered>,
     head: watch::Receiver<u64>,
 }
 
 impl SqliteConsumer {
-    /// Reads the batch rows holding `from` onwards, up to about `max` events.
-    fn read(conn: &Connection, from: u64, max: usize) -> Result<Vec<Delivered>> {
+    /// Reads the batch rows holding `from` onwards into `out`, until it
+    /// holds `max` events or more (a batch row is decoded whole) or 64 rows
+    /// were read. Says whether it read any.
+    fn read(conn: &Connection, from: u64, max: usize, out: &mut Vec<Delivered>) -> Result<bool> {
         let mut stmt = conn.prepare_cached(
             "SELECT first_offset, count, codec, payload FROM log_batches
              WHERE first_offset >= COALESCE((SELECT MAX(first_offset) FROM log_batches WHERE first_offset <= ?1), 0)
              ORDER BY first_offset LIMIT 64",
         )?;
         let mut rows = stmt.query(params![from as i64])?;
-        let mut out = Vec::new();
+        let before = out.len();
         while let Some(row) = rows.next()? {
             let first = row.get::<_, i64>(0)? as u64;
             let count = row.get::<_, i64>(1)? as u64;
@@ -291,12 +293,12 @@ impl SqliteConsumer {
                 .get_ref(3)?
                 .as_blob()
                 .map_err(|e| Error::Corrupt(e.to_string()))?;
-            decode_batch(first, count, &codec.expand(first, stored)?, from, &mut out)?;
+            decode_batch(first, count, &codec.expand(first, stored)?, from, out)?;
             if out.len() >= max {
                 break;
             }
         }
-        Ok(out)
+        Ok(out.len() > before)
     }
 }
 
@@ -348,29 +350,35 @@ fn decode_batch(
 #[async_trait]
 impl LogConsumer for SqliteConsumer {
     async fn poll(&mut self, max: usize, wait: Duration) -> CResult<Vec<Delivered>> {
-        // Topped up to `max` whenever the log has that much: a read ends
+        // Filled up to `max` whenever the log has that much: a read ends
         // on a stored batch's boundary, past `max`, and handing out only
         // the rest it left would make every other step a small one, which
-        // the projector cannot overlap with the large step's write.
-        if self.pending.len() < max {
+        // the projector cannot overlap with the large step's write. The
+        // events are decoded into the buffer handed out; only what lies
+        // past `max` is moved, into `pending`.
+        let mut out = std::mem::take(&mut self.pending);
+        while out.len() < max {
             let conn = self.conn.clone();
-            let from = self
-                .pending
-                .back()
-                .map_or(self.next, |d| d.position.offset + 1);
-            let want = max - self.pending.len();
-            let read =
-                blocking(move || SqliteConsumer::read(&conn.lock().unwrap(), from, want)).await?;
-            if read.is_empty() && self.pending.is_empty() {
-                // Woken at once by an append in this process; other processes'
-                // appends are seen on the next poll, at most `wait` later.
-                let _ = tokio::time::timeout(wait, self.head.changed()).await;
-                return Ok(Vec::new());
+            let from = out.last().map_or(self.next, |d| d.position.offset + 1);
+            let (read, filled) = blocking(move || {
+                let read = SqliteConsumer::read(&conn.lock().unwrap(), from, max, &mut out)?;
+                Ok((read, out))
+            })
+            .await?;
+            out = filled;
+            if !read {
+                break;
             }
-            self.pending.extend(read);
         }
-        let n = self.pending.len().min(max);
-        let out: Vec<Delivered> = self.pending.drain(..n).collect();
+        if out.is_empty() {
+            // Woken at once by an append in this process; other processes'
+            // appends are seen on the next poll, at most `wait` later.
+            let _ = tokio::time::timeout(wait, self.head.changed()).await;
+            return Ok(out);
+        }
+        if out.len() > max {
+            self.pending = out.split_off(max);
+        }
         if let Some(last) = out.last() {
             self.next = last.position.offset + 1;
         }

@@ -135,6 +135,7 @@ async fn a_projector_dying_between_rows_and_position_neither_loses_nor_double_co
     }
     let cfg = ProjectorConfig {
         batch_max: 150,
+        backlog_batch_max: 150,
         ..ProjectorConfig::default()
     };
     let store = backends.store().unwrap();
