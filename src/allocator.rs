@@ -8,7 +8,7 @@
 /// blocking thread, folded on a runtime worker and dropped with their
 /// write on another, so freed events piled up in arenas the next decode
 /// did not use. On the live benchmark's drain of 20 000 tokens (`-- live`,
-/// 15 s of sending), peak RSS was 1 156 MB with the default and 761 MB
+/// 15 s of sending), peak RSS was 1 156 MB with the default and 625–761 MB
 /// with two arenas, at the same events/s.
 pub fn limit_malloc_arenas() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
