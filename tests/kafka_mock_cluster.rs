@@ -37,7 +37,7 @@ fn cluster(partitions: i32) -> (MockCluster<'static, DefaultProducerContext>, Ka
 fn events(markets: usize, ticks: usize) -> Vec<Event> {
     let mut out = Vec::new();
     for m in 0..markets {
-        out.push(Event::Market(MarketRecord {
+        out.push(Event::Market(Box::new(MarketRecord {
             id: format!("m{m}"),
             slug: format!("m{m}"),
             event_id: None,
@@ -55,7 +55,7 @@ fn events(markets: usize, ticks: usize) -> Vec<Event> {
             }],
             created_at: Timestamp(T0),
             updated_at: Timestamp(T0),
-        }));
+        })));
         for k in 0..ticks {
             out.push(Event::Price(PriceTick {
                 market_id: format!("m{m}"),

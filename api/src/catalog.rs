@@ -402,9 +402,11 @@ impl Catalog {
                 // A feed may deliver a change again (the ScyllaDB feed
                 // re-reads a margin): never let an older version win.
                 match event {
-                    Event::Series(s) => newest(&mut records.series, s.id.clone(), s.updated_at, s),
-                    Event::Event(e) => newest(&mut records.events, e.id.clone(), e.updated_at, e),
-                    Event::Market(m) => newest(&mut records.markets, m.id.clone(), m.updated_at, m),
+                    Event::Series(s) => newest(&mut records.series, s.id.clone(), s.updated_at, *s),
+                    Event::Event(e) => newest(&mut records.events, e.id.clone(), e.updated_at, *e),
+                    Event::Market(m) => {
+                        newest(&mut records.markets, m.id.clone(), m.updated_at, *m)
+                    }
                     _ => {}
                 }
             }
@@ -511,7 +513,7 @@ mod tests {
     }
 
     fn market(question: &str, updated: i64) -> Event {
-        Event::Market(MarketRecord {
+        Event::Market(Box::new(MarketRecord {
             id: "m".into(),
             slug: "m".into(),
             event_id: None,
@@ -529,7 +531,7 @@ mod tests {
             }],
             created_at: Timestamp(0),
             updated_at: Timestamp(updated),
-        })
+        }))
     }
 
     #[tokio::test]

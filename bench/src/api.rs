@@ -27,7 +27,7 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
 }
 
 fn market(i: usize) -> Event {
-    Event::Market(MarketRecord {
+    Event::Market(Box::new(MarketRecord {
         id: format!("bm-{i:06}"),
         slug: format!("bench-market-{i:06}"),
         event_id: Some(format!("be-{}", i / 10)),
@@ -53,7 +53,7 @@ fn market(i: usize) -> Event {
         ],
         created_at: Timestamp(DAY),
         updated_at: Timestamp(DAY + i as i64),
-    })
+    }))
 }
 
 /// 100 000 markets; 400 minutes of ticks and books for market 0.

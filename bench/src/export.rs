@@ -81,7 +81,7 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
     let started = Instant::now();
     {
         let app = Embedded::open(&dir)?;
-        let mut events = vec![Event::Market(MarketRecord {
+        let mut events = vec![Event::Market(Box::new(MarketRecord {
             id: "xm".into(),
             slug: "export-market".into(),
             event_id: None,
@@ -99,7 +99,7 @@ async fn run_async(quick: bool) -> anyhow::Result<()> {
             }],
             created_at: Timestamp(START),
             updated_at: Timestamp(START),
-        })];
+        }))];
         for block in (0..rows).step_by(1_000_000) {
             events.extend((block..(block + 1_000_000).min(rows)).map(|i| {
                 Event::Price(PriceTick {

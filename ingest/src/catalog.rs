@@ -245,12 +245,12 @@ mod tests {
     fn a_batch_cannot_list_a_token_or_slug_twice_nor_tick_it_under_another_market() {
         let base = Index::default();
         let mut batch = BatchClaims::default();
-        let a = Event::Market(market("a", "s", &["t1"], 0));
+        let a = Event::Market(Box::new(market("a", "s", &["t1"], 0)));
         assert_eq!(batch.check(&base, &a), Ok(()));
-        let b = Event::Market(market("b", "s2", &["t9", "t1"], 0));
+        let b = Event::Market(Box::new(market("b", "s2", &["t9", "t1"], 0)));
         let reject = batch.check(&base, &b).unwrap_err();
         assert_eq!(reject.kind(), RejectKind::TokenClaimed);
-        let c = Event::Market(market("c", "s", &["t3"], 0));
+        let c = Event::Market(Box::new(market("c", "s", &["t3"], 0)));
         assert_eq!(
             batch.check(&base, &c).unwrap_err().kind(),
             RejectKind::SlugTaken
@@ -265,7 +265,7 @@ mod tests {
             RejectKind::MarketMismatch
         );
         // The refused market claimed nothing: its other token is free.
-        let d = Event::Market(market("d", "s4", &["t9"], 0));
+        let d = Event::Market(Box::new(market("d", "s4", &["t9"], 0)));
         assert_eq!(batch.check(&base, &d), Ok(()));
     }
 }

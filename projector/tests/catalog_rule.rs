@@ -28,13 +28,13 @@ fn tick(market: &str, token: &str, offset_s: i64, p: f64) -> Event {
 /// `slug` and `tokens`.
 fn market(id: &str, v: i64, slug: &str, tokens: &[&str]) -> Event {
     let tokens: Vec<(&str, &str)> = tokens.iter().map(|t| (*t, *t)).collect();
-    Event::Market(conformance::store::market(
+    Event::Market(Box::new(conformance::store::market(
         id,
         slug,
         "q",
         (DAY + v) * 1000,
         &tokens,
-    ))
+    )))
 }
 
 /// Appends `events` as they are (no ingest check: the log may hold

@@ -41,7 +41,9 @@ fn events() -> Vec<Event> {
     let market = |id: &str, round: i64, slug: &str, tokens: &[&str]| {
         let tokens: Vec<(&str, &str)> = tokens.iter().map(|t| (*t, *t)).collect();
         let updated = T0 + round * 7_000 + 500;
-        Event::Market(conformance::store::market(id, slug, "q", updated, &tokens))
+        Event::Market(Box::new(conformance::store::market(
+            id, slug, "q", updated, &tokens,
+        )))
     };
     let tick = |market: &str, token: &str, round: i64| {
         Event::Price(PriceTick {

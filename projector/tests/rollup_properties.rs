@@ -139,7 +139,7 @@ fn market_record() -> impl Strategy<Value = Event> {
     )
         .prop_map(|(m, updated_at, status)| {
             let tokens = (0..TOKENS.len()).filter(|t| market_of(*t) == MARKETS[m]);
-            Event::Market(MarketRecord {
+            Event::Market(Box::new(MarketRecord {
                 id: MARKETS[m].into(),
                 slug: format!("{}-slug", MARKETS[m]),
                 event_id: None,
@@ -159,7 +159,7 @@ fn market_record() -> impl Strategy<Value = Event> {
                     .collect(),
                 created_at: Timestamp(T0),
                 updated_at,
-            })
+            }))
         })
 }
 

@@ -166,7 +166,7 @@ mod tests {
         };
         // 500 000 tokens: a market record far beyond real ones, whose
         // token list claims 24 MB.
-        let market = Event::Market(MarketRecord {
+        let market = Event::Market(Box::new(MarketRecord {
             id: "m".into(),
             slug: "m".into(),
             event_id: None,
@@ -181,7 +181,7 @@ mod tests {
             tokens: (0..500_000).map(token).collect(),
             created_at: Timestamp(0),
             updated_at: Timestamp(0),
-        });
+        }));
         assert_eq!(decode(&encode(&market)), Ok(market));
     }
 }

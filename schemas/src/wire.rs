@@ -455,7 +455,7 @@ pub fn parse_line_with(line: &str, now: Timestamp, limits: &Limits) -> Result<Ev
         }),
         EventKind::Series => {
             let (created_at, updated_at) = f.versions(now)?;
-            Event::Series(SeriesRecord {
+            Event::Series(Box::new(SeriesRecord {
                 id: f.id("id")?,
                 slug: f.id("slug")?,
                 title: f.capped_text("title", MAX_TITLE_LEN)?,
@@ -465,11 +465,11 @@ pub fn parse_line_with(line: &str, now: Timestamp, limits: &Limits) -> Result<Ev
                 end_date: f.w.end_date.take().map(|t| t.0),
                 created_at,
                 updated_at,
-            })
+            }))
         }
         EventKind::Event => {
             let (created_at, updated_at) = f.versions(now)?;
-            Event::Event(EventRecord {
+            Event::Event(Box::new(EventRecord {
                 id: f.id("id")?,
                 slug: f.id("slug")?,
                 series_id: f.optional_id("series_id")?,
@@ -480,13 +480,13 @@ pub fn parse_line_with(line: &str, now: Timestamp, limits: &Limits) -> Result<Ev
                 end_date: f.w.end_date.take().map(|t| t.0),
                 created_at,
                 updated_at,
-            })
+            }))
         }
         EventKind::Market => {
             let (created_at, updated_at) = f.versions(now)?;
             let tokens = f.tokens()?;
             let (resolved_token_id, resolved_token_label) = resolution_of(&mut f.w, &tokens)?;
-            Event::Market(MarketRecord {
+            Event::Market(Box::new(MarketRecord {
                 id: f.id("id")?,
                 slug: f.id("slug")?,
                 event_id: f.optional_id("event_id")?,
@@ -501,7 +501,7 @@ pub fn parse_line_with(line: &str, now: Timestamp, limits: &Limits) -> Result<Ev
                 tokens,
                 created_at,
                 updated_at,
-            })
+            }))
         }
     };
     Ok(event)

@@ -44,7 +44,7 @@ fn expected() -> Vec<Event> {
             liquidity: 9_876.5,
             spread: 0.02,
         }),
-        Event::Series(SeriesRecord {
+        Event::Series(Box::new(SeriesRecord {
             id: "s1".into(),
             slug: "us-politics".into(),
             title: "US politics".into(),
@@ -54,8 +54,8 @@ fn expected() -> Vec<Event> {
             end_date: None,
             created_at: Timestamp(1_754_006_400_000),
             updated_at: ts,
-        }),
-        Event::Event(EventRecord {
+        })),
+        Event::Event(Box::new(EventRecord {
             id: "e1".into(),
             slug: "election-2028".into(),
             series_id: Some("s1".into()),
@@ -66,8 +66,8 @@ fn expected() -> Vec<Event> {
             end_date: Some(Timestamp(1_857_000_000_000)),
             created_at: ts,
             updated_at: ts,
-        }),
-        Event::Market(MarketRecord {
+        })),
+        Event::Market(Box::new(MarketRecord {
             id: "m1".into(),
             slug: "will-it-happen".into(),
             event_id: Some("e1".into()),
@@ -91,7 +91,7 @@ fn expected() -> Vec<Event> {
             ],
             created_at: Timestamp(1_754_006_400_000),
             updated_at: ts,
-        }),
+        })),
         // Added with the trade kind (tag 7); the lines above are unchanged.
         Event::Trade(Trade {
             market_id: "m1".into(),

@@ -1382,7 +1382,7 @@ enum Decision {
 
 fn decode_market(body: &[u8]) -> Result<MarketRecord> {
     match codec::decode(body).map_err(corrupt)? {
-        Event::Market(m) => Ok(m),
+        Event::Market(m) => Ok(*m),
         other => Err(corrupt(format!(
             "markets row holds a {}",
             other.kind().as_str()

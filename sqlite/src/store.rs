@@ -1722,7 +1722,7 @@ impl ReadStore for SqliteStore {
                 .optional()?;
             match body.map(|b| codec::decode(&b)) {
                 None => Ok(None),
-                Some(Ok(Event::Market(m))) => Ok(Some(m)),
+                Some(Ok(Event::Market(m))) => Ok(Some(*m)),
                 Some(other) => Err(Error::Corrupt(format!("market body decodes to {other:?}"))),
             }
         })

@@ -71,14 +71,14 @@ async fn a_version_1_store_opens_and_keeps_its_catalog() {
         conn.execute_batch(V1_CATALOG).unwrap();
         conn.execute(
             "INSERT INTO markets VALUES ('old', 'old-slug', NULL, 'q', 'open', NULL, NULL, 1000, 1000, 500, ?1)",
-            [codec::encode(&Event::Market(old.clone()))],
+            [codec::encode(&Event::Market(Box::new(old.clone())))],
         )
         .unwrap();
     }
     let store = SqliteStore::open(dir.path()).unwrap();
     assert_eq!(store.market("old").await.unwrap(), Some(old.clone()));
     let (all, cursor) = store.catalog_changes(None).await.unwrap();
-    assert_eq!(all, vec![Event::Market(old)]);
+    assert_eq!(all, vec![Event::Market(Box::new(old))]);
     // A change at a log offset far below the old record's is still news.
     let new = market("new", 2_000);
     store
@@ -88,14 +88,14 @@ async fn a_version_1_store_opens_and_keeps_its_catalog() {
                     partition: 1,
                     offset: 3,
                 },
-                Event::Market(new.clone()),
+                Event::Market(Box::new(new.clone())),
             )],
             ..Default::default()
         })
         .await
         .unwrap();
     let (since, _) = store.catalog_changes(Some(&cursor)).await.unwrap();
-    assert_eq!(since, vec![Event::Market(new)]);
+    assert_eq!(since, vec![Event::Market(Box::new(new))]);
     // Opening again migrates nothing twice.
     drop(store);
     SqliteStore::open(dir.path()).unwrap();
@@ -125,7 +125,7 @@ fn keyed(key: &str, body: &[u8], events: Vec<Event>) -> hindsight_contracts::App
 }
 
 fn catalog(id: &str) -> Vec<Event> {
-    vec![Event::Market(market(id, 1_000))]
+    vec![Event::Market(Box::new(market(id, 1_000)))]
 }
 
 #[tokio::test]

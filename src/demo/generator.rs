@@ -166,7 +166,7 @@ impl Demo {
         let year = 365 * 86_400_000;
         for (s_slug, s_title, tags, events) in PLAN {
             let series_id = format!("ser-{s_slug}");
-            catalog.push(Event::Series(SeriesRecord {
+            catalog.push(Event::Series(Box::new(SeriesRecord {
                 id: series_id.clone(),
                 slug: s_slug.to_string(),
                 title: s_title.to_string(),
@@ -176,10 +176,10 @@ impl Demo {
                 end_date: None,
                 created_at: created,
                 updated_at: created,
-            }));
+            })));
             for (e_slug, e_title, ms) in *events {
                 let event_id = format!("evt-{e_slug}");
-                catalog.push(Event::Event(EventRecord {
+                catalog.push(Event::Event(Box::new(EventRecord {
                     id: event_id.clone(),
                     slug: e_slug.to_string(),
                     series_id: Some(series_id.clone()),
@@ -190,7 +190,7 @@ impl Demo {
                     end_date: Some(Timestamp(created.0 + year)),
                     created_at: created,
                     updated_at: created,
-                }));
+                })));
                 for (m_slug, question, outcomes) in *ms {
                     let id = format!("mkt-{m_slug}");
                     let tokens: Vec<Token> = outcomes
@@ -204,7 +204,7 @@ impl Demo {
                     if outcomes.len() == 2 {
                         logits[1] = 0.0;
                     }
-                    catalog.push(Event::Market(MarketRecord {
+                    catalog.push(Event::Market(Box::new(MarketRecord {
                         id: id.clone(),
                         slug: m_slug.to_string(),
                         event_id: Some(event_id.clone()),
@@ -221,7 +221,7 @@ impl Demo {
                         tokens: tokens.clone(),
                         created_at: created,
                         updated_at: created,
-                    }));
+                    })));
                     markets.push(DemoMarket {
                         id,
                         tokens: tokens.into_iter().map(|t| t.id).collect(),

@@ -473,7 +473,7 @@ pub fn market_line_with(id: &str, slug: &str, tokens: &[&str]) -> String {
         hindsight_contracts::conformance::T0,
         &tokens,
     );
-    hindsight_schemas::wire::to_line(&hindsight_schemas::Event::Market(m))
+    hindsight_schemas::wire::to_line(&hindsight_schemas::Event::Market(Box::new(m)))
 }
 
 pub fn price_line(market: &str, token: &str, ts_secs: i64, p: f64) -> String {

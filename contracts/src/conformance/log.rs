@@ -31,7 +31,7 @@ pub fn sample_events(prefix: &str, markets: usize, rounds: usize) -> Vec<Event> 
             let ts = Timestamp(T0 + (round as i64) * 7_000 + m as i64);
             let token = |side: &str| format!("{market_id}-{side}");
             if round % 4 == 0 {
-                out.push(Event::Market(MarketRecord {
+                out.push(Event::Market(Box::new(MarketRecord {
                     id: market_id.clone(),
                     slug: format!("{market_id}-slug"),
                     event_id: None,
@@ -52,7 +52,7 @@ pub fn sample_events(prefix: &str, markets: usize, rounds: usize) -> Vec<Event> 
                         .collect(),
                     created_at: Timestamp(T0),
                     updated_at: ts,
-                }));
+                })));
             }
             let p = ((round * 13 + m * 7) % 100) as f64 / 100.0;
             for (side, prob) in [("yes", p), ("no", 1.0 - p)] {

@@ -660,7 +660,10 @@ pub async fn version_moves_with_every_committed_write(
     let record = market(&m, &format!("{prefix}-slug"), "q", T0, &tokens);
     put(
         a,
-        vec![(pos(own_partition(prefix, 0), 1), Event::Market(record))],
+        vec![(
+            pos(own_partition(prefix, 0), 1),
+            Event::Market(Box::new(record)),
+        )],
     )
     .await?;
     let after_catalog = ReadStore::version(b);
@@ -913,9 +916,9 @@ pub async fn catalog_newest_version_wins_whatever_arrival_order(
     let mut superseded: Vec<(Position, Event)> = Vec::new();
     for kind in ["series", "event", "market"] {
         let make = |id: &str, updated: i64, label: &str| match kind {
-            "series" => Event::Series(series(id, label, updated)),
-            "event" => Event::Event(event(id, None, label, updated)),
-            _ => Event::Market(simple_market(id, label, updated)),
+            "series" => Event::Series(Box::new(series(id, label, updated))),
+            "event" => Event::Event(Box::new(event(id, None, label, updated))),
+            _ => Event::Market(Box::new(simple_market(id, label, updated))),
         };
         // Each record in a log partition of its own, as one record's
         // versions are in the log.
@@ -1006,8 +1009,8 @@ pub async fn catalog_token_list_is_replaced(
     let slug = format!("{m}-slug");
     let v1 = market(&m, &slug, "q", T0, &[(&y, "Yes"), (&n, "No")]);
     let v2 = market(&m, &slug, "q", T0 + 1, &[(&y, "Yes!"), (&x, "Maybe")]);
-    put(a, vec![(pos(pm, 1), Event::Market(v1))]).await?;
-    put(a, vec![(pos(pm, 2), Event::Market(v2))]).await?;
+    put(a, vec![(pos(pm, 1), Event::Market(Box::new(v1)))]).await?;
+    put(a, vec![(pos(pm, 2), Event::Market(Box::new(v2)))]).await?;
     let token = |id: &str, market: &str, label: &str| {
         Some(TokenRef {
             token_id: id.into(),
@@ -1029,13 +1032,13 @@ pub async fn catalog_token_list_is_replaced(
     })?;
     // `m` drops `x`; then another market lists it: `x` is the other's.
     let v3 = market(&m, &slug, "q", T0 + 2, &[(&y, "Yes!")]);
-    put(a, vec![(pos(pm, 3), Event::Market(v3))]).await?;
+    put(a, vec![(pos(pm, 3), Event::Market(Box::new(v3)))]).await?;
     let got = b.token(&x).await.map_err(store_err)?;
     ensure(got.is_none(), || {
         format!("token {x}, dropped by {m}, resolves: {got:?}")
     })?;
     let o = market(&other, &format!("{other}-slug"), "q", T0, &[(&x, "Taken")]);
-    put(a, vec![(pos(po, 1), Event::Market(o))]).await?;
+    put(a, vec![(pos(po, 1), Event::Market(Box::new(o)))]).await?;
     let got = b.token(&x).await.map_err(store_err)?;
     ensure(got == token(&x, &other, "Taken"), || {
         format!("token {x}, dropped by {m} and then listed by {other}: {got:?}")
@@ -1089,7 +1092,11 @@ pub async fn catalog_first_market_keeps_its_tokens_and_slug(
     let (t1, t2, t3, t5) = (id("t1"), id("t2"), id("t3"), id("t5"));
     let (sa, sa2) = (id("a-slug"), id("a-slug2"));
     let a1 = market(&ma, &sa, "q", T0, &[(&t1, "Yes"), (&t2, "No")]);
-    put(a, vec![(pos(part(0), 1), Event::Market(a1.clone()))]).await?;
+    put(
+        a,
+        vec![(pos(part(0), 1), Event::Market(Box::new(a1.clone())))],
+    )
+    .await?;
 
     // b lists a's token t1; c takes a's slug: neither is stored.
     let b1 = market(&mb, &id("b-slug"), "q", T0, &[(&t3, "Yes"), (&t1, "No")]);
@@ -1097,8 +1104,8 @@ pub async fn catalog_first_market_keeps_its_tokens_and_slug(
     let got = refused(
         a,
         vec![
-            (pos(part(1), 1), Event::Market(b1.clone())),
-            (pos(part(2), 1), Event::Market(c1.clone())),
+            (pos(part(1), 1), Event::Market(Box::new(b1.clone()))),
+            (pos(part(2), 1), Event::Market(Box::new(c1.clone()))),
         ],
     )
     .await?;
@@ -1155,8 +1162,8 @@ pub async fn catalog_first_market_keeps_its_tokens_and_slug(
     let got = refused(
         a,
         vec![
-            (pos(part(3), 1), Event::Market(d1)),
-            (pos(part(4), 1), Event::Market(e1)),
+            (pos(part(3), 1), Event::Market(Box::new(d1))),
+            (pos(part(4), 1), Event::Market(Box::new(e1))),
         ],
     )
     .await?;
@@ -1171,7 +1178,7 @@ pub async fn catalog_first_market_keeps_its_tokens_and_slug(
 
     // a drops t1 and moves to another slug: b and c may take them now.
     let a2 = market(&ma, &sa2, "q", T0 + 1, &[(&t2, "No")]);
-    put(a, vec![(pos(part(0), 2), Event::Market(a2))]).await?;
+    put(a, vec![(pos(part(0), 2), Event::Market(Box::new(a2)))]).await?;
     let b2 = market(
         &mb,
         &id("b-slug"),
@@ -1183,8 +1190,8 @@ pub async fn catalog_first_market_keeps_its_tokens_and_slug(
     let got = refused(
         a,
         vec![
-            (pos(part(1), 2), Event::Market(b2)),
-            (pos(part(2), 2), Event::Market(c2.clone())),
+            (pos(part(1), 2), Event::Market(Box::new(b2))),
+            (pos(part(2), 2), Event::Market(Box::new(c2.clone()))),
         ],
     )
     .await?;
@@ -1201,7 +1208,7 @@ pub async fn catalog_first_market_keeps_its_tokens_and_slug(
     })?;
     // A refused version never reached the change feed.
     let (all, _) = b.catalog_changes(None).await.map_err(store_err)?;
-    for never in [Event::Market(b1), Event::Market(c1)] {
+    for never in [Event::Market(Box::new(b1)), Event::Market(Box::new(c1))] {
         ensure(!all.contains(&never), || {
             format!("the change feed lists a refused version: {never:?}")
         })?;
@@ -1222,14 +1229,14 @@ pub async fn catalog_replay_decides_nothing_again(
     let (pa, pb) = (own_partition(prefix, 0), own_partition(prefix, 1));
     let t = format!("{prefix}-t");
     let a1 = market(&ma, &format!("{ma}-slug"), "q", T0, &[(&t, "Yes")]);
-    put(a, vec![(pos(pa, 1), Event::Market(a1))]).await?;
+    put(a, vec![(pos(pa, 1), Event::Market(Box::new(a1)))]).await?;
     let b1 = market(&mb, &format!("{mb}-slug"), "q", T0, &[(&t, "Yes")]);
     let other = format!("{prefix}-t2");
     let a2 = market(&ma, &format!("{ma}-slug"), "q", T0 + 1, &[(&other, "Yes")]);
     let write = || {
         vec![
-            (pos(pb, 5), Event::Market(b1.clone())),
-            (pos(pa, 2), Event::Market(a2.clone())),
+            (pos(pb, 5), Event::Market(Box::new(b1.clone()))),
+            (pos(pa, 2), Event::Market(Box::new(a2.clone()))),
         ]
     };
     let first = refused(a, write()).await?;
@@ -1268,8 +1275,8 @@ pub async fn catalog_slug_change_moves_the_lookup(
     let tokens = [(t[0].0.as_str(), t[0].1), (t[1].0.as_str(), t[1].1)];
     let v1 = market(&m, &old, "q", T0, &tokens);
     let v2 = market(&m, &new, "q", T0 + 1, &tokens);
-    put(a, vec![(pos(pm, 1), Event::Market(v1.clone()))]).await?;
-    put(a, vec![(pos(pm, 2), Event::Market(v2.clone()))]).await?;
+    put(a, vec![(pos(pm, 1), Event::Market(Box::new(v1.clone())))]).await?;
+    put(a, vec![(pos(pm, 2), Event::Market(Box::new(v2.clone())))]).await?;
     let got = b.market(&old).await.map_err(store_err)?;
     ensure(got.is_none(), || {
         format!("the old slug {old} still resolves: {got:?}")
@@ -1291,8 +1298,12 @@ pub async fn catalog_slug_change_moves_the_lookup(
         T0,
         &[(&t2[0].0, t2[0].1), (&t2[1].0, t2[1].1)],
     );
-    put(a, vec![(pos(pm2, 1), Event::Market(other.clone()))]).await?;
-    put(a, vec![(pos(pm, 1), Event::Market(v1))]).await?;
+    put(
+        a,
+        vec![(pos(pm2, 1), Event::Market(Box::new(other.clone())))],
+    )
+    .await?;
+    put(a, vec![(pos(pm, 1), Event::Market(Box::new(v1)))]).await?;
     let got = b.market(&old).await.map_err(store_err)?;
     ensure(got.as_ref() == Some(&other), || {
         format!("the slug {old}, taken by {m2}, resolves to {got:?}")
@@ -1318,9 +1329,9 @@ pub async fn catalog_series_and_events_are_stored_and_listed(
     let mut m = simple_market(&format!("{prefix}-m"), "A market", T0);
     m.event_id = Some(e.id.clone());
     let written = [
-        Event::Series(s.clone()),
-        Event::Event(e.clone()),
-        Event::Market(m.clone()),
+        Event::Series(Box::new(s.clone())),
+        Event::Event(Box::new(e.clone())),
+        Event::Market(Box::new(m.clone())),
     ];
     put(
         a,
@@ -1369,9 +1380,15 @@ pub async fn catalog_changes_after_a_cursor(
     put(
         a,
         vec![
-            (pos(p0, 1000), Event::Series(series(&s, "v1", T0))),
-            (pos(p0, 1001), Event::Event(event(&e, Some(&s), "v1", T0))),
-            (pos(p0, 1002), Event::Market(simple_market(&m, "v1", T0))),
+            (pos(p0, 1000), Event::Series(Box::new(series(&s, "v1", T0)))),
+            (
+                pos(p0, 1001),
+                Event::Event(Box::new(event(&e, Some(&s), "v1", T0))),
+            ),
+            (
+                pos(p0, 1002),
+                Event::Market(Box::new(simple_market(&m, "v1", T0))),
+            ),
         ],
     )
     .await?;
@@ -1379,22 +1396,25 @@ pub async fn catalog_changes_after_a_cursor(
     // Changes after the cursor: newer versions at later offsets, and new
     // records from other partitions at far lower offsets.
     let changed = vec![
-        (pos(p0, 1003), Event::Series(series(&s, "v2", T0 + 1))),
+        (
+            pos(p0, 1003),
+            Event::Series(Box::new(series(&s, "v2", T0 + 1))),
+        ),
         (
             pos(p0, 1004),
-            Event::Event(event(&e, Some(&s), "v2", T0 + 1)),
+            Event::Event(Box::new(event(&e, Some(&s), "v2", T0 + 1))),
         ),
         (
             pos(p0, 1005),
-            Event::Market(simple_market(&m, "v2", T0 + 1)),
+            Event::Market(Box::new(simple_market(&m, "v2", T0 + 1))),
         ),
         (
             pos(p1, 3),
-            Event::Market(simple_market(&format!("{m}-new"), "v1", T0)),
+            Event::Market(Box::new(simple_market(&format!("{m}-new"), "v1", T0))),
         ),
         (
             pos(p2, 0),
-            Event::Series(series(&format!("{s}-new"), "v1", T0)),
+            Event::Series(Box::new(series(&format!("{s}-new"), "v1", T0))),
         ),
     ];
     put(a, changed.clone()).await?;
@@ -1408,7 +1428,7 @@ pub async fn catalog_changes_after_a_cursor(
     // And from the next cursor on, only what changes next.
     let later = (
         pos(p1, 4),
-        Event::Market(simple_market(&format!("{m}-new"), "v2", T0 + 1)),
+        Event::Market(Box::new(simple_market(&format!("{m}-new"), "v2", T0 + 1))),
     );
     put(a, vec![later.clone()]).await?;
     let (since, _) = b.catalog_changes(Some(&next)).await.map_err(store_err)?;
@@ -1439,9 +1459,9 @@ pub async fn reset_drops_rows_ticks_catalog_and_positions(
         rows: vec![row.clone()],
         ticks: vec![],
         catalog: vec![
-            (pos(p, 1), Event::Series(s)),
-            (pos(p, 2), Event::Event(e)),
-            (pos(p, 3), Event::Market(m.clone())),
+            (pos(p, 1), Event::Series(Box::new(s))),
+            (pos(p, 2), Event::Event(Box::new(e))),
+            (pos(p, 3), Event::Market(Box::new(m.clone()))),
         ],
         consumed: vec![pos(p, 3)],
     })
@@ -1488,9 +1508,9 @@ pub async fn reset_drops_rows_ticks_catalog_and_positions(
     })?;
     // A rebuild writes the catalog again while API replicas keep their cursor.
     let again = simple_market(&format!("{prefix}-m"), "q", T0);
-    put(a, vec![(pos(p, 3), Event::Market(again.clone()))]).await?;
+    put(a, vec![(pos(p, 3), Event::Market(Box::new(again.clone())))]).await?;
     let (since, _) = b.catalog_changes(Some(&cursor)).await.map_err(store_err)?;
-    ensure(since.contains(&Event::Market(again)), || {
+    ensure(since.contains(&Event::Market(Box::new(again))), || {
         format!("a record written after reset is missing from changes since an earlier cursor: {since:?}")
     })?;
     super::ticks::ticks_and_trade_ids_do_not_survive_reset(a, b, prefix).await
