@@ -25,6 +25,7 @@
 //! them consistent.
 
 mod accounts;
+mod checkpoint;
 mod db;
 mod decimal;
 mod exports;

@@ -1,6 +1,7 @@
 //! The embedded read store: bucket tables, catalog and API keys in `store.db`
 //! (and the rate-limit log in `limits.db`, [`crate::limits`]).
 
+use crate::checkpoint::{Checkpointer, WRITER_BACKSTOP_PAGES};
 use crate::db::{blocking, open, Durability, Pool};
 use crate::limits::RateLog;
 use crate::rowcodec;
@@ -15,7 +16,7 @@ use hindsight_telemetry as tm;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use rustc_hash::FxHashMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Instant;
 
 /// Bumped when the layout below changes; recorded in `meta`. Version 3
@@ -415,6 +416,8 @@ const STORE_WRITER_CACHE_KB: i64 = 128_000;
 struct Writer {
     conn: Connection,
     sids: FxHashMap<Arc<str>, i64>,
+    /// Woken after each commit of projected data (see `crate::checkpoint`).
+    checkpointer: Checkpointer,
 }
 
 pub struct SqliteStore {
@@ -448,6 +451,7 @@ impl SqliteStore {
         // the hot leaves saves a read per row; SQLite allocates it only as
         // pages are read, so a small store costs no more.
         conn.pragma_update(None, "cache_size", -STORE_WRITER_CACHE_KB)?;
+        conn.pragma_update(None, "wal_autocheckpoint", WRITER_BACKSTOP_PAGES)?;
         // One transaction: a crash mid-migration leaves the old layout, and
         // of several processes opening one file the first migrates it.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
@@ -468,6 +472,7 @@ impl SqliteStore {
             writer: Arc::new(Mutex::new(Writer {
                 conn,
                 sids: FxHashMap::default(),
+                checkpointer: Checkpointer::start(&path)?,
             })),
             stamp: Arc::new(Mutex::new(open(&path, Durability::Normal)?)),
             loader: Arc::new(Mutex::new(open(&path, Durability::Normal)?)),
@@ -689,6 +694,31 @@ fn key_order(sid: i64, key: &RowKey) -> (Table, i64, i64, i64) {
     (key.table, sid, res_code(key.res), key.bucket.millis())
 }
 
+/// Columns of `price_buckets`.
+const PRICE_COLUMNS: usize = 6;
+/// Price rows in one multi-row `INSERT` (see [`Inserts::price_rows`]).
+const PRICE_ROWS_PER_INSERT: usize = 64;
+
+/// A price row's columns after its sid: `res`, `bucket`, `count`,
+/// `last_offset` and the encoded `v`.
+fn price_columns(row: &Row) -> Result<(i64, i64, i64, i64, Vec<u8>)> {
+    let RowValue::Price { sum, count, candle } = &row.value else {
+        return Err(Error::Corrupt(format!(
+            "a {:?} row among price rows",
+            row.key.table
+        )));
+    };
+    let bucket = row.key.bucket.millis();
+    let v = rowcodec::encode(*sum, candle.as_ref(), bucket, row.last_offset);
+    Ok((
+        res_code(row.key.res),
+        bucket,
+        *count as i64,
+        row.last_offset as i64,
+        v,
+    ))
+}
+
 /// The statements an `apply` writes with, each prepared once for the whole
 /// step: looking a statement up in the connection's cache and handing it
 /// back for every row and tick showed as a tenth of a rebuild's profile.
@@ -700,6 +730,7 @@ struct Inserts<'t> {
 #[derive(Clone, Copy)]
 enum Insert {
     PriceRow,
+    PriceRows,
     MetricRow,
     BookRow,
     ReadPriceBlocks,
@@ -711,12 +742,22 @@ enum Insert {
 }
 
 impl Insert {
-    const COUNT: usize = 9;
+    const COUNT: usize = 10;
 
     fn sql(self) -> &'static str {
         match self {
             Insert::PriceRow => {
                 "INSERT OR REPLACE INTO price_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+            }
+            Insert::PriceRows => {
+                static SQL: LazyLock<String> = LazyLock::new(|| {
+                    let row = format!("({})", ["?"; PRICE_COLUMNS].join(","));
+                    format!(
+                        "INSERT OR REPLACE INTO price_buckets VALUES {}",
+                        vec![row; PRICE_ROWS_PER_INSERT].join(",")
+                    )
+                });
+                &SQL
             }
             Insert::MetricRow => {
                 "INSERT OR REPLACE INTO metric_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
@@ -763,21 +804,41 @@ impl<'t> Inserts<'t> {
         Ok(slot.as_mut().expect("prepared above"))
     }
 
+    /// Writes a run of price rows, [`PRICE_ROWS_PER_INSERT`] to a
+    /// statement: a long-tail step writes ~200 000 rows, and one
+    /// statement per row spent as much in binding and stepping the
+    /// statement as in the B-tree.
+    fn price_rows(&mut self, run: &[(i64, &Row)]) -> Result<()> {
+        let mut chunks = run.chunks_exact(PRICE_ROWS_PER_INSERT);
+        for chunk in &mut chunks {
+            let stmt = self.get(Insert::PriceRows)?;
+            for (i, (sid, row)) in chunk.iter().enumerate() {
+                let (res, bucket, count, last, v) = price_columns(row)?;
+                let at = i * PRICE_COLUMNS;
+                stmt.raw_bind_parameter(at + 1, sid)?;
+                stmt.raw_bind_parameter(at + 2, res)?;
+                stmt.raw_bind_parameter(at + 3, bucket)?;
+                stmt.raw_bind_parameter(at + 4, count)?;
+                stmt.raw_bind_parameter(at + 5, last)?;
+                stmt.raw_bind_parameter(at + 6, v)?;
+            }
+            stmt.raw_execute()?;
+        }
+        for (sid, row) in chunks.remainder() {
+            self.row(*sid, row)?;
+        }
+        Ok(())
+    }
+
     fn row(&mut self, sid: i64, row: &Row) -> Result<()> {
         let k = &row.key;
         let (res, bucket) = (res_code(k.res), k.bucket.millis());
         let last = row.last_offset as i64;
         match &row.value {
-            RowValue::Price { sum, count, candle } => {
-                let v = rowcodec::encode(*sum, candle.as_ref(), bucket, row.last_offset);
-                self.get(Insert::PriceRow)?.execute(params![
-                    sid,
-                    res,
-                    bucket,
-                    *count as i64,
-                    last,
-                    v
-                ])?;
+            RowValue::Price { .. } => {
+                let (res, bucket, count, last, v) = price_columns(row)?;
+                self.get(Insert::PriceRow)?
+                    .execute(params![sid, res, bucket, count, last, v])?;
             }
             RowValue::Metrics {
                 volume_sum,
@@ -1294,7 +1355,11 @@ impl ProjectionStore for SqliteStore {
 
     async fn apply(&self, write: ProjectionWrite) -> CResult<Applied> {
         self.write("apply", move |w| {
-            let Writer { conn, sids } = w;
+            let Writer {
+                conn,
+                sids,
+                checkpointer,
+            } = w;
             // IMMEDIATE: take the write lock first (waiting for it), rather
             // than upgrading a read snapshot another writer may have moved
             // past — which SQLite refuses at once. Several Kafka-mode
@@ -1320,8 +1385,16 @@ impl ProjectionStore for SqliteStore {
             ticks.sort_by_key(|(sid, tick)| tick_order(*sid, tick));
             {
                 let mut inserts = Inserts::new(&tx);
-                for (sid, row) in rows {
-                    inserts.row(sid, row)?;
+                // Sorted by table first: each table's rows are one run.
+                for run in rows.chunk_by(|a, b| a.1.key.table == b.1.key.table) {
+                    match run[0].1.key.table {
+                        Table::Prices => inserts.price_rows(run)?,
+                        _ => {
+                            for (sid, row) in run {
+                                inserts.row(*sid, row)?;
+                            }
+                        }
+                    }
                 }
                 for token in prices.chunk_by(|a, b| a.0 == b.0) {
                     inserts.price_ticks(token[0].0, token.iter().map(|(_, t)| *t))?;
@@ -1337,6 +1410,7 @@ impl ProjectionStore for SqliteStore {
             }
             let fresh = lookup.fresh;
             tx.commit()?;
+            checkpointer.wake();
             sids.extend(fresh);
             Ok(applied)
         })
@@ -1352,6 +1426,7 @@ impl ProjectionStore for SqliteStore {
                 tx.execute(&format!("DELETE FROM {table}"), [])?;
             }
             tx.commit()?;
+            w.checkpointer.wake();
             Ok(())
         })
         .await
@@ -1982,6 +2057,135 @@ mod tests {
                 "step {step}: {most}"
             );
             assert!(blocks as usize >= model.len() / tickblock::BLOCK_TICKS);
+        }
+    }
+
+    /// Price rows go to the store [`PRICE_ROWS_PER_INSERT`] to a statement
+    /// and the rest one by one: every row of a run that fills several
+    /// statements and leaves a remainder loads back as written, next to
+    /// rows of the other tables in the same write.
+    #[tokio::test]
+    async fn price_rows_written_many_to_a_statement_load_back_as_written() {
+        use hindsight_contracts::{Candle, Mark};
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let t0 = 1_756_684_800_000i64;
+        let mut rows = Vec::new();
+        for i in 0..(3 * PRICE_ROWS_PER_INSERT + 5) as i64 {
+            let (id, res) = match i % 3 {
+                0 => ("a", Resolution::ALL[0]),
+                1 => ("b", Resolution::ALL[0]),
+                _ => ("a", Resolution::ALL[3]),
+            };
+            let bucket = Timestamp(t0 + i * res.width_ms());
+            let open = Mark {
+                ts: bucket,
+                offset: i as u64,
+                p: 0.25,
+            };
+            let close = Mark {
+                ts: Timestamp(bucket.millis() + 1_000),
+                offset: i as u64 + 1,
+                p: 0.5 + i as f64 / 1_000.0,
+            };
+            rows.push(Row {
+                key: RowKey {
+                    table: Table::Prices,
+                    id: id.into(),
+                    res,
+                    bucket,
+                },
+                value: RowValue::Price {
+                    sum: 0.75 + i as f64 / 1_000.0,
+                    count: 2 + i as u64,
+                    candle: (i % 7 != 0).then_some(Candle {
+                        open,
+                        close,
+                        high: close.p,
+                        low: open.p,
+                    }),
+                },
+                last_offset: i as u64 + 1,
+            });
+        }
+        rows.push(Row {
+            key: RowKey {
+                table: Table::Metrics,
+                id: "m".into(),
+                res: Resolution::ALL[0],
+                bucket: Timestamp(t0),
+            },
+            value: RowValue::Metrics {
+                volume_sum: 1.0,
+                liquidity_sum: 2.0,
+                spread_sum: 3.0,
+                count: 1,
+            },
+            last_offset: 9,
+        });
+        store
+            .apply(ProjectionWrite {
+                rows: rows.clone(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let mut loaded = store
+            .load(rows.iter().map(|r| r.key.clone()).collect())
+            .await
+            .unwrap();
+        let order = |r: &Row| (r.key.table, r.key.id.clone(), r.key.res, r.key.bucket);
+        loaded.sort_by_key(order);
+        rows.sort_by_key(order);
+        assert_eq!(loaded, rows);
+    }
+
+    /// Commits are copied into the database file by the checkpoint thread,
+    /// not left in the WAL until the writer's backstop: a write far below
+    /// the backstop still reaches `store.db` soon after its commit.
+    #[tokio::test]
+    async fn the_checkpoint_thread_copies_commits_into_the_database_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let file = dir.path().join(crate::db::STORE_FILE);
+        let size = || std::fs::metadata(&file).unwrap().len();
+        let before = size();
+        let ticks: Vec<Tick> = (0..20_000)
+            .map(|i| Tick {
+                token_id: format!("token-{}", i % 500),
+                key: TickKey {
+                    ts: Timestamp(1_756_684_800_000 + i),
+                    partition: 0,
+                    offset: i as u64,
+                },
+                value: TickValue::Book {
+                    bids: format!("[[\"0.{i}\",\"1\"]]"),
+                    asks: "[]".into(),
+                },
+            })
+            .collect();
+        store
+            .apply(ProjectionWrite {
+                ticks,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        let wal = std::fs::metadata(dir.path().join("store.db-wal"))
+            .unwrap()
+            .len();
+        assert!(
+            wal < WRITER_BACKSTOP_PAGES as u64 * 4096 / 4,
+            "the write ({wal} bytes of WAL) stays far below the backstop"
+        );
+        let deadline = Instant::now() + std::time::Duration::from_secs(10);
+        while size() < before + wal / 2 {
+            assert!(
+                Instant::now() < deadline,
+                "store.db still {} bytes (was {before}) with {wal} bytes of WAL",
+                size()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
     }
 }

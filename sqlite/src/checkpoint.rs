@@ -1,0 +1,74 @@
+//! The store's checkpoints, run beside its writer rather than inside it.
+//!
+//! In WAL mode a commit appends the pages it changed to the WAL, and a
+//! checkpoint copies them back into the database file (and, at
+//! `synchronous = NORMAL`, fsyncs it). SQLite's automatic checkpoint runs
+//! inside the commit that crosses its threshold, so the projector's write
+//! waited for it: on a long tail, where a step's rows land all over the
+//! bucket tables, that copy was half of every commit. Here a thread with
+//! its own connection runs a `PASSIVE` checkpoint after each commit,
+//! which SQLite lets run while the writer goes on (it copies only frames
+//! every reader is past, and takes no write lock). The writer keeps an
+//! automatic checkpoint as a backstop, at [`WRITER_BACKSTOP_PAGES`].
+//!
+//! A crash during a checkpoint loses nothing: the WAL keeps every frame
+//! until a later writer restarts it, which SQLite does only once every
+//! frame is in the database file.
+
+use crate::db::{open, Durability};
+use crate::Result;
+use hindsight_telemetry as tm;
+use std::path::Path;
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::time::Instant;
+
+/// WAL pages after which the writer checkpoints inside its own commit:
+/// only when the checkpointer has fallen this far behind (or a reader
+/// held it back). Above one step's pages (a 250 000-event rebuild step on
+/// a long tail dirties ~16 000), so it does not fire while the thread
+/// keeps up.
+pub(crate) const WRITER_BACKSTOP_PAGES: i64 = 65_536;
+
+/// Wakes the checkpoint thread; the thread ends when this is dropped.
+pub(crate) struct Checkpointer {
+    wake: SyncSender<()>,
+}
+
+impl Checkpointer {
+    /// Opens the thread's connection to `path` and starts it.
+    pub(crate) fn start(path: &Path) -> Result<Self> {
+        let conn = open(path, Durability::Normal)?;
+        // One pending wake is enough: a checkpoint copies every frame
+        // committed before it starts.
+        let (wake, woken) = sync_channel::<()>(1);
+        std::thread::Builder::new()
+            .name("store-checkpoint".into())
+            .spawn(move || {
+                while woken.recv().is_ok() {
+                    let started = Instant::now();
+                    let done = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |_| Ok(()));
+                    metrics::histogram!(tm::STORE_QUERY_SECONDS, "op" => "checkpoint")
+                        .record(started.elapsed().as_secs_f64());
+                    if let Err(e) = done {
+                        // The next wake tries again, and the writer's
+                        // backstop bounds the WAL meanwhile.
+                        metrics::counter!(tm::STORE_ERRORS, "op" => "checkpoint").increment(1);
+                        tracing::warn!(error = %e, "store checkpoint failed");
+                    }
+                }
+            })
+            .map_err(|e| crate::Error::Io(format!("cannot start the checkpoint thread: {e}")))?;
+        Ok(Checkpointer { wake })
+    }
+
+    /// Asks for a checkpoint of everything committed so far; returns at
+    /// once.
+    pub(crate) fn wake(&self) {
+        match self.wake.try_send(()) {
+            Ok(()) | Err(TrySendError::Full(())) => {}
+            // The thread is gone (it only ends with this handle, or by a
+            // panic): the writer's backstop checkpoints instead.
+            Err(TrySendError::Disconnected(())) => {}
+        }
+    }
+}
