@@ -20,6 +20,7 @@ use crate::Result;
 use hindsight_telemetry as tm;
 use std::path::Path;
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// WAL pages after which the writer checkpoints inside its own commit:
@@ -29,9 +30,13 @@ use std::time::Instant;
 /// keeps up.
 pub(crate) const WRITER_BACKSTOP_PAGES: i64 = 65_536;
 
-/// Wakes the checkpoint thread; the thread ends when this is dropped.
+/// Wakes the checkpoint thread; dropping it ends the thread and waits for
+/// it, so that its connection is closed with the store's: SQLite deletes
+/// the WAL when the last connection to the file closes, and a thread still
+/// holding one as the process exits would leave the whole WAL on disk.
 pub(crate) struct Checkpointer {
-    wake: SyncSender<()>,
+    wake: Option<SyncSender<()>>,
+    thread: Option<JoinHandle<()>>,
 }
 
 impl Checkpointer {
@@ -41,7 +46,7 @@ impl Checkpointer {
         // One pending wake is enough: a checkpoint copies every frame
         // committed before it starts.
         let (wake, woken) = sync_channel::<()>(1);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("store-checkpoint".into())
             .spawn(move || {
                 while woken.recv().is_ok() {
@@ -58,17 +63,32 @@ impl Checkpointer {
                 }
             })
             .map_err(|e| crate::Error::Io(format!("cannot start the checkpoint thread: {e}")))?;
-        Ok(Checkpointer { wake })
+        Ok(Checkpointer {
+            wake: Some(wake),
+            thread: Some(thread),
+        })
     }
 
     /// Asks for a checkpoint of everything committed so far; returns at
     /// once.
     pub(crate) fn wake(&self) {
-        match self.wake.try_send(()) {
+        let Some(wake) = &self.wake else { return };
+        match wake.try_send(()) {
             Ok(()) | Err(TrySendError::Full(())) => {}
             // The thread is gone (it only ends with this handle, or by a
             // panic): the writer's backstop checkpoints instead.
             Err(TrySendError::Disconnected(())) => {}
+        }
+    }
+}
+
+impl Drop for Checkpointer {
+    fn drop(&mut self) {
+        // Closing the channel ends the thread's loop after the checkpoint
+        // it may be running.
+        self.wake.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
         }
     }
 }

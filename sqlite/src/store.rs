@@ -2142,7 +2142,8 @@ mod tests {
 
     /// Commits are copied into the database file by the checkpoint thread,
     /// not left in the WAL until the writer's backstop: a write far below
-    /// the backstop still reaches `store.db` soon after its commit.
+    /// the backstop still reaches `store.db` soon after its commit. The
+    /// WAL is gone once the store is closed.
     #[tokio::test]
     async fn the_checkpoint_thread_copies_commits_into_the_database_file() {
         let dir = tempfile::tempdir().unwrap();
@@ -2187,5 +2188,9 @@ mod tests {
             );
             tokio::time::sleep(std::time::Duration::from_millis(20)).await;
         }
+        // Closing the store closes the thread's connection too, so the
+        // last close checkpoints and deletes the WAL.
+        drop(store);
+        assert!(!dir.path().join("store.db-wal").exists());
     }
 }
