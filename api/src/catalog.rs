@@ -161,17 +161,53 @@ fn position_cmp(order: SortOrder, a: (Option<i64>, &str), b: (Option<i64>, &str)
     }
 }
 
+/// The search texts of a list's items, end to end in one buffer: a search
+/// reads every one of them, and 100 000 texts allocated one by one lie
+/// wherever the allocator put them, so the scan waited on a cache miss per
+/// text (an allocation pattern elsewhere in the process made a search
+/// eight times slower). In one buffer the scan is sequential.
+struct SearchTexts {
+    text: String,
+    /// Where each item's text ends in `text`.
+    ends: Vec<usize>,
+}
+
+impl SearchTexts {
+    fn of<T: Listed>(items: &[T]) -> Self {
+        let mut text = String::new();
+        let mut ends = Vec::with_capacity(items.len());
+        for item in items {
+            text.push_str(&item.search_text());
+            ends.push(text.len());
+        }
+        SearchTexts { text, ends }
+    }
+
+    /// Per item, whether its text contains `needle`.
+    fn matching(&self, needle: &str) -> Vec<bool> {
+        let mut start = 0;
+        self.ends
+            .iter()
+            .map(|&end| {
+                let hit = self.text[start..end].contains(needle);
+                start = end;
+                hit
+            })
+            .collect()
+    }
+}
+
 /// One kind of record, with its search texts and sort orders.
 pub struct List<T> {
     pub items: Vec<T>,
-    search: Vec<String>,
+    search: SearchTexts,
     /// Per sort field: (ascending, descending) item indices.
     orders: Vec<(Vec<u32>, Vec<u32>)>,
 }
 
 impl<T: Listed> List<T> {
     fn build(items: Vec<T>) -> Self {
-        let search = items.iter().map(Listed::search_text).collect();
+        let search = SearchTexts::of(&items);
         let orders = SortField::ALL
             .iter()
             .map(|&f| {
@@ -228,11 +264,14 @@ impl<T: Listed> List<T> {
                     != Ordering::Greater
             }),
         };
+        // Every text is searched, in storage order, before the walk in sort
+        // order: a sequential scan, where the walk's order is a random one.
+        let hits = search.map(|s| self.search.matching(s));
         let mut out = Vec::with_capacity(limit.min(1024));
         let mut more = false;
         for &i in &sequence[start..] {
             let i = i as usize;
-            if search.is_some_and(|s| !self.search[i].contains(s)) || !keep(&self.items[i]) {
+            if hits.as_ref().is_some_and(|h| !h[i]) || !keep(&self.items[i]) {
                 continue;
             }
             if out.len() == limit {
@@ -548,5 +587,44 @@ mod tests {
         let snapshot = catalog.snapshot();
         assert_eq!(snapshot.markets.items[0].question.as_deref(), Some("new"));
         assert_eq!(snapshot.markets.items.len(), 1);
+    }
+
+    /// Texts lie end to end in one buffer, yet a search matches within one
+    /// item's text only, never across the seam between two.
+    #[tokio::test]
+    async fn a_search_matches_within_one_item() {
+        let feed = Arc::new(Feed::default());
+        let catalog = Catalog::new(feed.clone());
+        let with_id = |id: &str, question: &str| {
+            let Event::Market(mut m) = market(question, 1) else {
+                unreachable!()
+            };
+            m.id = id.into();
+            m.slug = id.into();
+            Event::Market(m)
+        };
+        feed.0.lock().unwrap().extend([
+            with_id("a", "alpha"),
+            with_id("b", "beta"),
+            with_id("c", "alphabet"),
+        ]);
+        catalog.refresh().await.unwrap();
+        let snapshot = catalog.snapshot();
+        let ids = |needle: &str| {
+            let (page, _) = snapshot.markets.page(
+                SortField::CreatedAt,
+                SortOrder::Asc,
+                None,
+                Some(needle),
+                10,
+                |_| true,
+            );
+            page.iter().map(|m| m.id.clone()).collect::<Vec<_>>()
+        };
+        assert_eq!(ids("alpha"), ["a", "c"]);
+        assert_eq!(ids("bet"), ["b", "c"]);
+        // "a\na" + "beta": the end of one text and the start of the next.
+        assert!(ids("\nabeta").is_empty());
+        assert!(ids("abeta").is_empty());
     }
 }
