@@ -416,7 +416,7 @@ const STORE_WRITER_CACHE_KB: i64 = 128_000;
 struct Writer {
     conn: Connection,
     sids: FxHashMap<Arc<str>, i64>,
-    /// Woken after each commit of projected data (see `crate::checkpoint`).
+    /// Woken after each write (see `crate::checkpoint`).
     checkpointer: Checkpointer,
 }
 
@@ -515,12 +515,19 @@ impl SqliteStore {
         out
     }
 
+    /// Runs `f` on the writer connection, then wakes the checkpoint
+    /// thread for whatever it committed (see `crate::checkpoint`).
     async fn write<R: Send + 'static>(
         &self,
         op: &'static str,
         f: impl FnOnce(&mut Writer) -> Result<R> + Send + 'static,
     ) -> CResult<R> {
-        self.on(op, &self.writer, f).await
+        self.on(op, &self.writer, |w| {
+            let out = f(w);
+            w.checkpointer.wake();
+            out
+        })
+        .await
     }
 
     /// Runs `f` on a blocking thread with `conn` locked, timed and counted
@@ -1355,11 +1362,7 @@ impl ProjectionStore for SqliteStore {
 
     async fn apply(&self, write: ProjectionWrite) -> CResult<Applied> {
         self.write("apply", move |w| {
-            let Writer {
-                conn,
-                sids,
-                checkpointer,
-            } = w;
+            let Writer { conn, sids, .. } = w;
             // IMMEDIATE: take the write lock first (waiting for it), rather
             // than upgrading a read snapshot another writer may have moved
             // past — which SQLite refuses at once. Several Kafka-mode
@@ -1410,7 +1413,6 @@ impl ProjectionStore for SqliteStore {
             }
             let fresh = lookup.fresh;
             tx.commit()?;
-            checkpointer.wake();
             sids.extend(fresh);
             Ok(applied)
         })
@@ -1426,7 +1428,6 @@ impl ProjectionStore for SqliteStore {
                 tx.execute(&format!("DELETE FROM {table}"), [])?;
             }
             tx.commit()?;
-            w.checkpointer.wake();
             Ok(())
         })
         .await
