@@ -231,6 +231,12 @@ pub trait IdempotencyStore: Send + Sync {
 ///   first).
 /// - `lag` counts, per owned partition, the events after the consumer's
 ///   position: zero once it has polled everything appended.
+/// - `reassigns` is true of a consumer whose `poll` may hand a partition
+///   to another consumer (a consumer-group rebalance). The new owner starts
+///   from the store's consumed positions, so the caller must have every
+///   write of the events it was given durable before it polls such a
+///   consumer again: a write landing after the new owner's would set its
+///   rows and positions back.
 #[async_trait]
 pub trait LogConsumer: Send {
     /// Up to `max` events after the consumer's position. Waits up to `wait`
@@ -244,6 +250,12 @@ pub trait LogConsumer: Send {
     async fn lag(&mut self) -> Result<Vec<(u32, u64)>>;
 
     fn assignment_changed(&mut self) -> bool;
+
+    /// Whether `poll` may hand partitions to another consumer (see the
+    /// contract above). A consumer alone with its partitions never does.
+    fn reassigns(&self) -> bool {
+        false
+    }
 }
 
 /// Opens a consumer positioned after the last durably projected event

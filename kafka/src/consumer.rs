@@ -367,6 +367,11 @@ impl LogConsumer for KafkaConsumer {
     fn assignment_changed(&mut self) -> bool {
         self.changed.swap(false, Ordering::SeqCst)
     }
+
+    /// A rebalance inside `poll` may give a partition to another member.
+    fn reassigns(&self) -> bool {
+        true
+    }
 }
 
 /// Joins the group; assigned partitions start at the store's consumed

@@ -103,6 +103,11 @@ pub struct Projector {
 /// fold most of the rest; overlapped, each keeps one core of a small machine
 /// busy. What keeps it correct:
 ///
+/// - a consumer that may hand partitions to another projector inside
+///   `poll` (Kafka's, [`LogConsumer::reassigns`]) is polled only once the
+///   write is durable: the new owner starts from the store's positions, and
+///   a write landing after its writes would set rows and positions back.
+///   With Kafka only the segments of one poll overlap;
 /// - at most one write is in flight, so writes reach the store in log
 ///   order, and a step's log positions are committed only after its last
 ///   write is durable;
@@ -276,6 +281,13 @@ impl Projector {
     /// After an error the caller must [`Projector::abandon`] the rows in
     /// memory, which may hold events that are not durable.
     pub async fn advance(&mut self, consumer: &mut dyn LogConsumer) -> Result<StepStats> {
+        if consumer.reassigns() {
+            // This poll may give a partition to another projector, which
+            // starts from the store's positions: the write in flight must
+            // be durable first, or it could land after the new owner's
+            // writes and set rows and positions back.
+            self.settle(consumer).await?;
+        }
         let batch = consumer.poll(self.poll_max, self.config.idle_wait).await?;
         self.poll_max = if batch.len() >= self.poll_max {
             (self.poll_max * 2).min(self.config.backlog_batch_max.max(self.config.batch_max))
