@@ -137,7 +137,7 @@ async fn every_service_its_own_process_answers_like_the_embedded_deployment() {
             cql.counted(&ks.name).await,
             scalar(
                 &dev.data_dir.join("store.db"),
-                "SELECT SUM(count) FROM price_buckets WHERE res = 1440",
+                "SELECT SUM(ticks) FROM price_bucket_blocks WHERE res = 1440",
             ),
         );
         assert!(

@@ -190,7 +190,7 @@ fn sigkilled_projector_neither_loses_nor_double_counts() {
     for res in [1, 5, 10, 15, 60, 360, 1440] {
         let p = scalar(
             &store,
-            &format!("SELECT SUM(count) FROM price_buckets WHERE res = {res}"),
+            &format!("SELECT SUM(ticks) FROM price_bucket_blocks WHERE res = {res}"),
         );
         let m = scalar(
             &store,

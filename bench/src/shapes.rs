@@ -236,11 +236,12 @@ fn read_hindsight(data: &Path, secs: f64, bytes: u64) -> anyhow::Result<Answer> 
         data.join("store.db"),
         rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
     )?;
-    // The store's layout (schema 6): `res` is the resolution's code
-    // (`res_code`), ids are `series_ids` names.
+    // The store's layout (schema 8): `res` is the resolution's code
+    // (`res_code`), ids are `series_ids` names, and a block keeps how many
+    // buckets it holds (`n`) and the ticks they counted.
     let mut rows = BTreeMap::new();
     let mut stmt =
-        conn.prepare("SELECT res, count(*), sum(count) FROM price_buckets GROUP BY res")?;
+        conn.prepare("SELECT res, sum(n), sum(ticks) FROM price_bucket_blocks GROUP BY res")?;
     for row in stmt.query_map([], |r| {
         Ok((
             r.get::<_, i64>(0)?,
@@ -253,13 +254,13 @@ fn read_hindsight(data: &Path, secs: f64, bytes: u64) -> anyhow::Result<Answer> 
             .into_iter()
             .find(|r| res_code(*r) == code)
             .ok_or_else(|| {
-                anyhow::anyhow!("price_buckets holds an unknown resolution code {code}")
+                anyhow::anyhow!("price_bucket_blocks holds an unknown resolution code {code}")
             })?;
         rows.insert(res.as_str().to_string(), (n as u64, ticks as u64));
     }
     let busiest: String = conn.query_row(
-        "SELECT s.name FROM price_buckets p JOIN series_ids s USING (sid) WHERE p.res = ?1
-         GROUP BY p.sid ORDER BY sum(p.count) DESC, s.name LIMIT 1",
+        "SELECT s.name FROM price_bucket_blocks p JOIN series_ids s USING (sid) WHERE p.res = ?1
+         GROUP BY p.sid ORDER BY sum(p.ticks) DESC, s.name LIMIT 1",
         [res_code(Resolution::D1)],
         |r| r.get(0),
     )?;

@@ -25,6 +25,7 @@
 //! them consistent.
 
 mod accounts;
+mod bucketblock;
 mod checkpoint;
 mod db;
 mod decimal;
@@ -38,7 +39,7 @@ mod tickblock;
 
 pub use idempotency::IdempotencyFile;
 pub use log::{EmbeddedSource, SqliteConsumer, SqliteLog};
-pub use store::{res_code, SqliteStore};
+pub use store::{res_code, SqliteStore, SCHEMA_VERSION};
 
 /// What goes wrong inside this adapter; converted to the contracts' error at
 /// the trait boundary.

@@ -43,10 +43,22 @@ const DECIMAL_FULL: u8 = 4;
 /// folded event is at `last_offset`.
 pub(crate) fn encode(sum: f64, candle: Option<&Candle>, bucket: i64, last_offset: u64) -> Vec<u8> {
     let mut out = Vec::with_capacity(16);
+    encode_into(&mut out, sum, candle, bucket, last_offset);
+    out
+}
+
+/// [`encode`], appended to `out`: a step encodes its rows into one buffer.
+pub(crate) fn encode_into(
+    out: &mut Vec<u8>,
+    sum: f64,
+    candle: Option<&Candle>,
+    bucket: i64,
+    last_offset: u64,
+) {
     let Some(c) = candle else {
         out.push(NO_CANDLE);
-        put_f64(&mut out, sum);
-        return out;
+        put_f64(out, sum);
+        return;
     };
     let p = c.open.p.to_bits();
     let one_tick = c.open.ts == c.close.ts
@@ -66,22 +78,21 @@ pub(crate) fn encode(sum: f64, candle: Option<&Candle>, bucket: i64, last_offset
             Some(k) => out.extend_from_slice(&[DECIMAL_ONE_TICK, k]),
             None => out.push(ONE_TICK),
         }
-        put_price(&mut out, c.open.p);
-        put_mark_position(&mut out, &c.open, bucket, last_offset);
+        put_price(out, c.open.p);
+        put_mark_position(out, &c.open, bucket, last_offset);
     } else {
         out.push(if scale.is_some() { DECIMAL_FULL } else { FULL });
-        put_f64(&mut out, sum);
+        put_f64(out, sum);
         if let Some(k) = scale {
             out.push(k);
         }
         for m in [&c.open, &c.close] {
-            put_mark_position(&mut out, m, bucket, last_offset);
-            put_price(&mut out, m.p);
+            put_mark_position(out, m, bucket, last_offset);
+            put_price(out, m.p);
         }
-        put_price(&mut out, c.high);
-        put_price(&mut out, c.low);
+        put_price(out, c.high);
+        put_price(out, c.low);
     }
-    out
 }
 
 /// The sum and candle [`encode`] packed; a malformed blob is

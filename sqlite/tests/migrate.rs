@@ -684,7 +684,7 @@ async fn a_version_5_store_keeps_every_series_row_under_integer_ids() {
             |r| r.get(0),
         )
         .unwrap();
-    assert_eq!(version, "7");
+    assert_eq!(version, hindsight_sqlite::SCHEMA_VERSION.to_string());
     let left: i64 = conn
         .query_row(
             "SELECT count(*) FROM sqlite_master WHERE name LIKE 'v5_%' OR sql LIKE '%token_id TEXT NOT NULL, res%'",
@@ -829,7 +829,10 @@ async fn a_version_6_store_keeps_its_price_ticks_in_blocks() {
             |r| Ok((r.get(0)?, r.get(1)?)),
         )
         .unwrap();
-    assert_eq!((version.as_str(), old), ("7", 0));
+    assert_eq!(
+        (version, old),
+        (hindsight_sqlite::SCHEMA_VERSION.to_string(), 0)
+    );
     let blocks: Vec<(i64, i64, i64, i64)> = conn
         .prepare("SELECT sid, ts, log_offset, n FROM price_tick_blocks ORDER BY 1, 2, 3")
         .unwrap()
@@ -840,5 +843,174 @@ async fn a_version_6_store_keeps_its_price_ticks_in_blocks() {
     assert_eq!(
         blocks,
         [(1, t + 1, 31, 1), (1, t + 5, 10, 5), (2, t + 7, 11, 1)]
+    );
+}
+
+/// `price_buckets` as versions 6 and 7 kept it, a row per bucket. Values
+/// in `rowcodec`'s layout: `03 01 0A 00 00` one tick of 0.5 (decimal, scale
+/// 1, mantissa 5) at the bucket's start and the row's `last_offset`;
+/// `00` then 0.75's bits, a sum without a candle (a row from before
+/// version 5).
+const V7_PRICE_BUCKETS: &str = "
+CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+INSERT INTO meta VALUES ('schema_version', '7');
+CREATE TABLE series_ids (sid INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE price_buckets (
+    sid INTEGER NOT NULL, res INTEGER NOT NULL, bucket INTEGER NOT NULL,
+    count INTEGER NOT NULL, last_offset INTEGER NOT NULL, v BLOB NOT NULL,
+    PRIMARY KEY (sid, res, bucket)
+) WITHOUT ROWID;
+INSERT INTO series_ids VALUES (1, 'tok-a'), (2, 'tok-b');
+INSERT INTO price_buckets VALUES (1, 1, 1756684800000, 1, 12, X'03010A0000');
+INSERT INTO price_buckets VALUES (1, 1, 1756687200000, 1, 20, X'03010A0000');
+INSERT INTO price_buckets VALUES (1, 1440, 1756684800000, 3, 40, X'00000000000000E83F');
+INSERT INTO price_buckets VALUES (2, 1, 1756684800000, 1, 11, X'03010A0000');
+";
+
+/// A store of version 7 opens under the current version with its price
+/// buckets packed into blocks: averages, candles (none for the bucket from
+/// before candles) and counts over part of a window answer what the rows
+/// held; the old table is gone; a later bucket merges into a migrated
+/// block; opening again changes nothing.
+#[tokio::test]
+async fn a_version_7_store_keeps_its_price_buckets_in_blocks() {
+    use hindsight_contracts::{
+        Candle, CandlePoint, Mark, PricePoint, Range, Row, RowKey, RowValue, Table,
+    };
+    use hindsight_schemas::Resolution;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(V7_PRICE_BUCKETS)
+        .unwrap();
+    let t = 1_756_684_800_000;
+    let minute = 60_000;
+    let range = |res, start: i64| Range {
+        res,
+        start: Timestamp(start),
+        end: Timestamp(t + 86_400_000),
+        limit: 10,
+    };
+    let point = |at: i64| PricePoint {
+        t: Timestamp(at),
+        p: 0.5,
+    };
+    let mut want = vec![point(t), point(t + 40 * minute)];
+    for round in 0..3 {
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let m1 = range(Resolution::M1, t);
+        assert_eq!(
+            store.prices("tok-a", m1).await.unwrap(),
+            want,
+            "round {round}"
+        );
+        assert_eq!(
+            store.prices("tok-b", m1).await.unwrap(),
+            vec![point(t)],
+            "round {round}"
+        );
+        let tick = Mark {
+            ts: Timestamp(t),
+            offset: 12,
+            p: 0.5,
+        };
+        assert_eq!(
+            store
+                .candles("tok-a", range(Resolution::M1, t))
+                .await
+                .unwrap()[0],
+            CandlePoint {
+                t: Timestamp(t),
+                count: 1,
+                candle: Some(Candle::of(tick)),
+                trades: None,
+            }
+        );
+        assert_eq!(
+            store
+                .candles("tok-a", range(Resolution::D1, t))
+                .await
+                .unwrap(),
+            vec![CandlePoint {
+                t: Timestamp(t),
+                count: 3,
+                candle: None,
+                trades: None,
+            }]
+        );
+        for (start, n) in [(t, want.len()), (t + 1, want.len() - 1)] {
+            assert_eq!(
+                store
+                    .count(Table::Prices, "tok-a", range(Resolution::M1, start))
+                    .await
+                    .unwrap(),
+                n as u64,
+                "round {round}: from {start}"
+            );
+        }
+        if round == 0 {
+            // A bucket later in the first migrated block.
+            let bucket = Timestamp(t + 3 * minute);
+            let tick = Mark {
+                ts: bucket,
+                offset: 50,
+                p: 0.5,
+            };
+            store
+                .apply(ProjectionWrite {
+                    rows: vec![Row {
+                        key: RowKey {
+                            table: Table::Prices,
+                            id: "tok-a".into(),
+                            res: Resolution::M1,
+                            bucket,
+                        },
+                        value: RowValue::Price {
+                            sum: 0.5,
+                            count: 1,
+                            candle: Some(Candle::of(tick)),
+                        },
+                        last_offset: 50,
+                    }],
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+            want.insert(1, point(bucket.0));
+        }
+    }
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    let (version, old): (String, i64) = conn
+        .query_row(
+            "SELECT (SELECT value FROM meta WHERE key = 'schema_version'),
+                    (SELECT count(*) FROM sqlite_master WHERE name = 'price_buckets')",
+            [],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (version, old),
+        (hindsight_sqlite::SCHEMA_VERSION.to_string(), 0)
+    );
+    let blocks: Vec<(i64, i64, i64, i64, i64)> = conn
+        .prepare("SELECT sid, res, block, n, ticks FROM price_bucket_blocks ORDER BY 1, 2, 3")
+        .unwrap()
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    // 32-minute windows from the epoch (`t` starts one); 32-day windows.
+    let day_window = t - t % (32 * 86_400_000);
+    assert_eq!(
+        blocks,
+        [
+            (1, 1, t, 2, 2),
+            (1, 1, t + 32 * minute, 1, 1),
+            (1, 1440, day_window, 1, 3),
+            (2, 1, t, 1, 1)
+        ]
     );
 }

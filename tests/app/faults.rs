@@ -159,7 +159,7 @@ async fn a_projector_dying_between_rows_and_position_neither_loses_nor_double_co
     );
     let folded = scalar(
         &store_db,
-        "SELECT SUM(count) FROM price_buckets WHERE res = 1",
+        "SELECT SUM(ticks) FROM price_bucket_blocks WHERE res = 1",
     );
     assert!(
         folded > before,
@@ -175,7 +175,7 @@ async fn a_projector_dying_between_rows_and_position_neither_loses_nor_double_co
     for res in [1, 5, 10, 15, 60, 360, 1440] {
         let counted = scalar(
             &store_db,
-            &format!("SELECT SUM(count) FROM price_buckets WHERE res = {res}"),
+            &format!("SELECT SUM(ticks) FROM price_bucket_blocks WHERE res = {res}"),
         );
         assert_eq!(counted, ticks, "res {res}: every tick exactly once");
     }

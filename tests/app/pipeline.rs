@@ -221,7 +221,7 @@ async fn ingest_gzip_and_idempotent_retries() {
     loop {
         let count: i64 = store
             .query_row(
-                "SELECT count FROM price_buckets
+                "SELECT ticks FROM price_bucket_blocks
                  WHERE sid = (SELECT sid FROM series_ids WHERE name = 'g1-yes') AND res = 1",
                 [],
                 |r| r.get(0),

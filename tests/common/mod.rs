@@ -209,7 +209,7 @@ pub fn snapshot(store_db: &Path) -> Vec<String> {
     let conn = rusqlite::Connection::open(store_db).unwrap();
     let mut out = Vec::new();
     for table in [
-        "price_buckets",
+        "price_bucket_blocks",
         "metric_buckets",
         "book_buckets",
         "series",
