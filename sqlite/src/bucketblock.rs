@@ -6,7 +6,7 @@
 //! columns, a record header and a cell pointer around a value of ~17) and
 //! an insert of a few microseconds. A rebuild of 2 000 000 long-tail ticks
 //! writes 1 540 000 such rows, and they were most of its time and of the
-//! store's bytes. In blocks, the same rows are ~130 000 entries.
+//! store's bytes. In blocks, the same rows are ~240 000 entries.
 //!
 //! Why windows of a fixed span of time, where price ticks are blocked by
 //! count ([`crate::tickblock`]): a window holds at most one row per bucket,
@@ -29,12 +29,14 @@
 use crate::rowcodec::{put_zigzag, Reader};
 use crate::Result;
 
-/// Buckets in a window. 32 rows of a busy token take ~1 KB (a full candle
-/// in ~25 bytes, ~5 more for the row): what SQLite keeps of a key-ordered
-/// row's payload in its B-tree page on 4 KB pages before it moves the rest
-/// to an overflow page. A step rewrites at most this many rows per block
-/// it touches.
-pub(crate) const BLOCK_BUCKETS: i64 = 32;
+/// Buckets in a window: a step rewrites at most this many rows per block
+/// it touches. Measured on the long tail (`hindsight-bench shapes` and
+/// `live --quick`): at 32, blocks of busy tokens near 1 KB left 41 % of the
+/// table's pages unused (a B-tree page of few large cells packs badly) and
+/// the live drain rewrote more per step; at 8, more entries slowed the
+/// rebuild. 16 keeps a block under ~0.6 KB: the store is 62.6 MB instead
+/// of 80.5 at 32, the rebuild as fast.
+pub(crate) const BLOCK_BUCKETS: i64 = 16;
 
 const WHAT: &str = "price bucket block";
 
@@ -259,8 +261,8 @@ mod tests {
         let entries = [
             entry(0, 1, 7, &[1, 2, 3]),
             entry(1, 40, 3, &[]),
-            entry(30, 2, u64::MAX >> 1, &[9; 200]),
-            entry(31, u64::MAX >> 1, 0, &[4]),
+            entry(BLOCK_BUCKETS - 2, 2, u64::MAX >> 1, &[9; 200]),
+            entry(BLOCK_BUCKETS - 1, u64::MAX >> 1, 0, &[4]),
         ];
         let v = encode(BLOCK, MINUTE, entries).unwrap();
         assert_eq!(decode(&v, BLOCK, MINUTE).unwrap(), entries);
@@ -303,12 +305,13 @@ mod tests {
 
     #[test]
     fn buckets_fall_in_the_window_of_their_resolution() {
+        let span = BLOCK_BUCKETS * MINUTE;
         assert_eq!(block_of(BLOCK, MINUTE), BLOCK);
-        assert_eq!(block_of(BLOCK + 31 * MINUTE, MINUTE), BLOCK);
-        assert_eq!(block_of(BLOCK + 32 * MINUTE, MINUTE), BLOCK + 32 * MINUTE);
-        assert_eq!(block_of(BLOCK - MINUTE, MINUTE), BLOCK - 32 * MINUTE);
+        assert_eq!(block_of(BLOCK + span - MINUTE, MINUTE), BLOCK);
+        assert_eq!(block_of(BLOCK + span, MINUTE), BLOCK + span);
+        assert_eq!(block_of(BLOCK - MINUTE, MINUTE), BLOCK - span);
         // Before the epoch, still rounded down.
-        assert_eq!(block_of(-MINUTE, MINUTE), -32 * MINUTE);
+        assert_eq!(block_of(-MINUTE, MINUTE), -span);
     }
 
     #[test]
@@ -316,7 +319,7 @@ mod tests {
         for entries in [
             vec![entry(1, 1, 1, &[]), entry(1, 1, 2, &[])],
             vec![entry(2, 1, 1, &[]), entry(1, 1, 2, &[])],
-            vec![entry(32, 1, 1, &[])],
+            vec![entry(BLOCK_BUCKETS, 1, 1, &[])],
             vec![entry(-1, 1, 1, &[])],
         ] {
             assert!(
@@ -341,7 +344,7 @@ mod tests {
             }
         }
         // An index past the window, and one going backwards.
-        assert!(decode(&[32, 2, 2, 0], BLOCK, MINUTE).is_err());
+        assert!(decode(&[BLOCK_BUCKETS as u8, 2, 2, 0], BLOCK, MINUTE).is_err());
         assert!(decode(&[3, 2, 2, 0, 3, 2, 2, 0], BLOCK, MINUTE).is_err());
         // A value longer than what is left.
         assert!(decode(&[0, 2, 2, 100, 1], BLOCK, MINUTE).is_err());

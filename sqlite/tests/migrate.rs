@@ -1002,8 +1002,9 @@ async fn a_version_7_store_keeps_its_price_buckets_in_blocks() {
         .unwrap()
         .collect::<Result<_, _>>()
         .unwrap();
-    // 32-minute windows from the epoch (`t` starts one); 32-day windows.
-    let day_window = t - t % (32 * 86_400_000);
+    // 16-minute windows from the epoch (`t` starts one, `t` + 40 minutes
+    // is in the one from `t` + 32); 16-day windows.
+    let day_window = t - t % (16 * 86_400_000);
     assert_eq!(
         blocks,
         [
