@@ -187,6 +187,14 @@ pub fn python(code: &str, key: &str, args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
+/// Whether asking an element of the page before a click failed because
+/// that page is gone: WebDriver's stale element reference, or, while
+/// chromedriver is between the two documents, Chrome's inspector saying
+/// the node "does not belong to the document" (seen once in CI).
+fn is_gone(e: &fantoccini::error::CmdError) -> bool {
+    e.is_stale_element_reference() || e.to_string().contains("does not belong to the document")
+}
+
 /// Clicks the element `css` (a form's submit: every click here loads a
 /// page) and waits for `then` on the page it leads to. It first waits for
 /// the page it was on to be gone (that page's root stale): `then` may be
@@ -209,7 +217,7 @@ pub async fn click_then(
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         match old.tag_name().await {
-            Err(e) if e.is_stale_element_reference() => break,
+            Err(e) if is_gone(&e) => break,
             Err(e) => panic!("{what}: {e}"),
             Ok(_) => {
                 assert!(
