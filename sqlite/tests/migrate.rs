@@ -703,6 +703,26 @@ async fn a_version_5_store_keeps_every_series_row_under_integer_ids() {
     assert_eq!(names, ["mkt", "tok-a", "tok-b"]);
 }
 
+/// Asserts the store at `db` is at the current schema version and its
+/// table `old_table` is gone; the connection, to look further.
+fn assert_migrated(db: &std::path::Path, old_table: &str) -> rusqlite::Connection {
+    let conn = rusqlite::Connection::open(db).unwrap();
+    let (version, old): (String, i64) = conn
+        .query_row(
+            "SELECT (SELECT value FROM meta WHERE key = 'schema_version'),
+                    (SELECT count(*) FROM sqlite_master WHERE name = ?1)",
+            [old_table],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
+        .unwrap();
+    assert_eq!(
+        (version, old),
+        (hindsight_sqlite::SCHEMA_VERSION.to_string(), 0),
+        "{old_table} left behind"
+    );
+    conn
+}
+
 /// `price_ticks` as version 6 created it, with the series ids it keys by.
 const V6_PRICE_TICKS: &str = "
 CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -820,19 +840,7 @@ async fn a_version_6_store_keeps_its_price_ticks_in_blocks() {
             want.insert(0, early);
         }
     }
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let (version, old): (String, i64) = conn
-        .query_row(
-            "SELECT (SELECT value FROM meta WHERE key = 'schema_version'),
-                    (SELECT count(*) FROM sqlite_master WHERE name = 'price_ticks')",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
-    assert_eq!(
-        (version, old),
-        (hindsight_sqlite::SCHEMA_VERSION.to_string(), 0)
-    );
+    let conn = assert_migrated(&db, "price_ticks");
     let blocks: Vec<(i64, i64, i64, i64)> = conn
         .prepare("SELECT sid, ts, log_offset, n FROM price_tick_blocks ORDER BY 1, 2, 3")
         .unwrap()
@@ -980,19 +988,7 @@ async fn a_version_7_store_keeps_its_price_buckets_in_blocks() {
             want.insert(1, point(bucket.0));
         }
     }
-    let conn = rusqlite::Connection::open(&db).unwrap();
-    let (version, old): (String, i64) = conn
-        .query_row(
-            "SELECT (SELECT value FROM meta WHERE key = 'schema_version'),
-                    (SELECT count(*) FROM sqlite_master WHERE name = 'price_buckets')",
-            [],
-            |r| Ok((r.get(0)?, r.get(1)?)),
-        )
-        .unwrap();
-    assert_eq!(
-        (version, old),
-        (hindsight_sqlite::SCHEMA_VERSION.to_string(), 0)
-    );
+    let conn = assert_migrated(&db, "price_buckets");
     let blocks: Vec<(i64, i64, i64, i64, i64)> = conn
         .prepare("SELECT sid, res, block, n, ticks FROM price_bucket_blocks ORDER BY 1, 2, 3")
         .unwrap()
