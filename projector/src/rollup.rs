@@ -98,7 +98,12 @@ pub struct Rollup {
     interned: [FxHashMap<Box<str>, u32>; 3],
     series: Vec<(Table, Arc<str>)>,
     cursors: Vec<[Cursor; NRES]>,
-    index: FxHashMap<(u32, u8, i64), u32>,
+    /// Per series and resolution, the slots in memory by bucket, in
+    /// bucket order. Events come mostly in time order, so the bucket a
+    /// cursor moves on to is usually past every one in memory: found
+    /// absent and added by a comparison with the last, where a map of
+    /// every slot cost a hash and a cache miss or two per new bucket.
+    buckets: Vec<[Vec<(i64, u32)>; NRES]>,
     slots: Vec<Slot>,
     /// Series index of each event of the batch being applied (u32::MAX for
     /// catalog events), filled by `prepare`.
@@ -162,6 +167,7 @@ impl Rollup {
         map.insert(id.into(), i);
         self.series.push((table, id.into()));
         self.cursors.push([NO_CURSOR; NRES]);
+        self.buckets.push(Default::default());
         let frontier = if self.store_known { i64::MIN } else { UNKNOWN };
         self.frontier.push([frontier; NRES]);
         i
@@ -195,9 +201,9 @@ impl Rollup {
         let res = Resolution::ALL[r];
         let width = res.width_ms();
         let bucket = ts.div_euclid(width) * width;
-        let slot = match self.index.get(&(series, r as u8, bucket)) {
-            Some(&s) => s,
-            None => {
+        let slot = match find(&self.buckets[series as usize][r], bucket) {
+            Ok(s) => s,
+            Err(at) => {
                 let s = self.slots.len() as u32;
                 self.slots.push(Slot {
                     series,
@@ -207,7 +213,7 @@ impl Rollup {
                     last: None,
                     dirty: false,
                 });
-                self.index.insert((series, r as u8, bucket), s);
+                self.buckets[series as usize][r].insert(at, (bucket, s));
                 let stored = bucket < self.frontier[series as usize][r];
                 if let (Some(missing), true) = (missing, stored) {
                     let (table, id) = &self.series[series as usize];
@@ -253,8 +259,8 @@ impl Rollup {
     pub fn fill(&mut self, rows: Vec<Row>) {
         for row in rows {
             let series = self.intern(row.key.table, &row.key.id);
-            let key = (series, row.key.res.index() as u8, row.key.bucket.0);
-            let Some(&s) = self.index.get(&key) else {
+            let in_memory = &self.buckets[series as usize][row.key.res.index()];
+            let Ok(s) = find(in_memory, row.key.bucket.0) else {
                 continue;
             };
             let slot = &mut self.slots[s as usize];
@@ -396,6 +402,7 @@ impl Rollup {
         self.interned.iter_mut().for_each(|m| m.clear());
         self.series.clear();
         self.cursors.clear();
+        self.buckets.clear();
         self.frontier.clear();
         self.store_known = false;
         self.forget_slots();
@@ -426,10 +433,24 @@ impl Rollup {
     }
 
     fn forget_slots(&mut self) {
-        self.index.clear();
+        self.buckets.iter_mut().flatten().for_each(Vec::clear);
         self.slots.clear();
         self.batch_series.clear();
         self.dirty.clear();
+    }
+}
+
+/// The slot of `bucket` among a series' buckets at one resolution (in
+/// bucket order), or where to insert it: a bucket past the last (the usual
+/// case) without a search.
+#[inline]
+fn find(buckets: &[(i64, u32)], bucket: i64) -> std::result::Result<u32, usize> {
+    match buckets.last() {
+        Some(&(last, _)) if last < bucket => Err(buckets.len()),
+        None => Err(0),
+        _ => buckets
+            .binary_search_by_key(&bucket, |&(b, _)| b)
+            .map(|i| buckets[i].1),
     }
 }
 
@@ -621,6 +642,33 @@ mod tests {
             1 + 7,
             "two 1m rows and one row at each coarser resolution"
         );
+    }
+
+    #[test]
+    fn a_late_bucket_between_buckets_in_memory_and_stored_ones_are_each_found() {
+        let minute = |m: i64, s: i64| m * 60_000 + s * 1_000;
+        let rows = project(&[
+            vec![
+                tick(0, "t", minute(1, 0), 0.1),
+                tick(1, "t", minute(4, 0), 0.2),
+            ],
+            vec![
+                tick(2, "t", minute(6, 0), 0.3),
+                tick(3, "t", minute(3, 0), 0.4), // a new bucket before minute 6
+                tick(4, "t", minute(2, 0), 0.5), // and before that one
+                tick(5, "t", minute(4, 1), 0.6), // stored, between the two
+                tick(6, "t", minute(1, 1), 0.7), // stored, before every one
+                tick(7, "t", minute(3, 1), 0.8), // in memory, in the middle
+            ],
+        ]);
+        let m1 = |m: i64| price(&rows, "t", Resolution::M1, minute(m, 0));
+        assert_eq!(m1(1), (0.1 + 0.7, 2));
+        assert_eq!(m1(2), (0.5, 1));
+        assert_eq!(m1(3), (0.4 + 0.8, 2));
+        assert_eq!(m1(4), (0.2 + 0.6, 2));
+        assert_eq!(m1(6), (0.3, 1));
+        assert_eq!(price(&rows, "t", Resolution::M5, 0).1, 7);
+        assert_eq!(price(&rows, "t", Resolution::M5, minute(5, 0)).1, 1);
     }
 
     #[test]
