@@ -214,9 +214,12 @@ impl std::error::Error for Reject {}
 
 /// One line as sent. Everything is optional here; [`parse_line`] checks
 /// which fields the line's kind requires, so the message can name them.
+/// `kind` is borrowed from the line (unless escaped): it is read, never
+/// kept: one of the three strings a price line allocated.
 #[derive(Deserialize, Default)]
-struct WireLine {
-    kind: Option<String>,
+struct WireLine<'a> {
+    #[serde(borrow)]
+    kind: Option<Text<'a>>,
     market_id: Option<String>,
     token_id: Option<String>,
     ts: Option<WireTs>,
@@ -253,6 +256,29 @@ struct WireLine {
 struct WireToken {
     id: Option<String>,
     label: Option<String>,
+}
+
+/// A string borrowed from the line when it holds no escapes. (serde's
+/// derive borrows a `Cow` field, but not one inside an `Option`.)
+struct Text<'a>(std::borrow::Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> Visitor<'de> for V<'a> {
+            type Value = Text<'a>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, v: &'de str) -> Result<Text<'a>, E> {
+                Ok(Text(v.into()))
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Text<'a>, E> {
+                Ok(Text(v.to_owned().into()))
+            }
+        }
+        d.deserialize_str(V(std::marker::PhantomData))
+    }
 }
 
 /// The fields [`WireLine`] reads as [`WireTs`]: a value there that does not
@@ -372,7 +398,7 @@ pub fn parse_line_with(line: &str, now: Timestamp, limits: &Limits) -> Result<Ev
         Ok(w) => w,
         Err(_) => return Err(explain_json_error(line)),
     };
-    let Some(kind_text) = wire.kind.as_deref() else {
+    let Some(Text(kind_text)) = &wire.kind else {
         return Err(Reject::new(
             RejectKind::MissingField,
             Some("kind"),
@@ -553,14 +579,14 @@ fn explain_json_error(line: &str) -> Reject {
     }
 }
 
-struct Fields {
-    w: WireLine,
+struct Fields<'a> {
+    w: WireLine<'a>,
     kind: EventKind,
     /// The latest timestamp accepted: now plus the allowed skew.
     latest: Timestamp,
 }
 
-impl Fields {
+impl Fields<'_> {
     fn missing(&self, name: &str) -> Reject {
         Reject::missing(name, self.kind)
     }
@@ -782,7 +808,7 @@ fn check_label(name: &str, value: &str) -> Result<(), Reject> {
 /// The winning token must be one of the market's tokens; its label is taken
 /// from the token list when the line gives only the id.
 fn resolution_of(
-    w: &mut WireLine,
+    w: &mut WireLine<'_>,
     tokens: &[Token],
 ) -> Result<(Option<String>, Option<String>), Reject> {
     match (w.resolved_token_id.take(), w.resolved_token_label.take()) {
@@ -1035,6 +1061,12 @@ mod tests {
         )
         .is_ok());
         assert!(parse_line(r#"{"kind":"event","id":"e1","slug":"e","title":"E","series_id":"s1","updated_at":"2025-09-01T00:00:00Z"}"#, NOW).is_ok());
+        // A kind written with escapes is the same kind.
+        let escaped = parse_line(
+            r#"{"kind":"pr\u0069ce","market_id":"m1","token_id":"t1","ts":1756684830,"p":0.42}"#,
+            NOW,
+        );
+        assert!(matches!(escaped, Ok(Event::Price(_))), "{escaped:?}");
     }
 
     #[test]
