@@ -74,7 +74,7 @@ async fn appended_events_are_projected_from_a_consumer_group() {
     let log = KafkaLog::new(config.clone(), None, Duration::from_secs(5)).unwrap();
     let outcome = log
         .append(AppendBatch {
-            events: events(6, 120),
+            events: events(6, 120).into(),
             idempotency: None,
         })
         .await
@@ -131,7 +131,7 @@ async fn a_down_broker_fails_the_batch_and_nothing_is_acknowledged() {
     )
     .unwrap();
     let batch = |key: &str| AppendBatch {
-        events: events(1, 10),
+        events: events(1, 10).into(),
         idempotency: Some(Idempotency::for_body(key, b"one body", b"first".to_vec())),
     };
     assert!(matches!(
@@ -179,7 +179,7 @@ async fn an_exhausted_in_flight_budget_refuses_fast_instead_of_queueing() {
         let log = log.clone();
         tokio::spawn(async move {
             log.append(AppendBatch {
-                events: events(1, 49),
+                events: events(1, 49).into(),
                 idempotency: None,
             })
             .await
@@ -190,7 +190,7 @@ async fn an_exhausted_in_flight_budget_refuses_fast_instead_of_queueing() {
     let started = std::time::Instant::now();
     let err = log
         .append(AppendBatch {
-            events: events(1, 5),
+            events: events(1, 5).into(),
             idempotency: None,
         })
         .await

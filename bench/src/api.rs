@@ -103,7 +103,7 @@ pub async fn project_with_key(app: &Embedded, events: Vec<Event>) -> anyhow::Res
     for chunk in events.chunks(20_000) {
         app.log
             .append(AppendBatch {
-                events: chunk.to_vec(),
+                events: chunk.into(),
                 idempotency: None,
             })
             .await?;

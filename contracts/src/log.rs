@@ -6,6 +6,7 @@
 use crate::Result;
 use async_trait::async_trait;
 use hindsight_schemas::Event;
+use std::sync::Arc;
 use std::time::Duration;
 
 /// Where an event sits in the log: a partition and an offset in it. The
@@ -24,10 +25,12 @@ pub struct Delivered {
     pub event: Event,
 }
 
-/// A batch to append, with an optional idempotency key.
+/// A batch to append, with an optional idempotency key. Its events are
+/// shared: a caller that may have to append them again (a backfill told
+/// `Busy`) keeps them without copying every event's strings.
 #[derive(Debug, Default)]
 pub struct AppendBatch {
-    pub events: Vec<Event>,
+    pub events: Arc<[Event]>,
     pub idempotency: Option<Idempotency>,
 }
 

@@ -187,7 +187,7 @@ struct Reading<'a, 'b> {
 
 /// A validated chunk, ready to append under its idempotency key.
 struct Chunk {
-    events: Vec<hindsight_schemas::Event>,
+    events: Arc<[hindsight_schemas::Event]>,
     idempotency: Idempotency,
     counts: batch::KindCounts,
     first_line: u64,
@@ -230,7 +230,7 @@ impl Reading<'_, '_> {
             return Ok(Some(Chunk {
                 idempotency: Idempotency::for_body(&key, &self.chunk, n.to_string().into_bytes()),
                 counts: batch::kind_counts(&validated.events),
-                events: validated.events,
+                events: validated.events.into(),
                 first_line,
             }));
         }

@@ -218,7 +218,7 @@ async fn ingest_events(
             idempotency: idempotency_key
                 .clone()
                 .map(|key| Idempotency::for_body(key, &body, response_bytes.clone())),
-            events: validated.events,
+            events: validated.events.into(),
         };
         let key = || idempotency_key.clone().unwrap_or_default();
         match state.log.append(append).await {

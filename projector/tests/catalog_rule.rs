@@ -47,7 +47,7 @@ async fn project(
 ) -> (Arc<SqliteStore>, u64) {
     let log = Arc::new(SqliteLog::open(dir).unwrap());
     log.append(AppendBatch {
-        events,
+        events: events.into(),
         idempotency: None,
     })
     .await

@@ -119,7 +119,7 @@ async fn a_reassigning_consumer_is_polled_only_with_no_write_in_flight() {
         })
         .collect();
     log.append(AppendBatch {
-        events,
+        events: events.into(),
         idempotency: None,
     })
     .await

@@ -192,7 +192,7 @@ impl EventLog for SqliteLog {
         let (outcome, head) = blocking(move || {
             let mut payload = Vec::with_capacity(batch.events.len() * 64);
             let mut scratch = Vec::with_capacity(256);
-            for event in &batch.events {
+            for event in batch.events.iter() {
                 scratch.clear();
                 codec::encode_into(event, &mut scratch);
                 payload.extend_from_slice(&(scratch.len() as u32).to_le_bytes());

@@ -115,7 +115,7 @@ CREATE TABLE idempotency (
 
 fn keyed(key: &str, body: &[u8], events: Vec<Event>) -> hindsight_contracts::AppendBatch {
     hindsight_contracts::AppendBatch {
-        events,
+        events: events.into(),
         idempotency: Some(hindsight_contracts::Idempotency::for_body(
             key,
             body,
@@ -219,7 +219,7 @@ async fn a_log_from_before_compression_reads_its_batches_and_compresses_new_ones
     let log = hindsight_sqlite::SqliteLog::open(dir.path()).unwrap();
     let new = catalog("c");
     log.append(AppendBatch {
-        events: new.clone(),
+        events: new.clone().into(),
         idempotency: None,
     })
     .await
@@ -256,7 +256,7 @@ async fn a_damaged_compressed_batch_is_a_corrupt_log_error_not_a_panic() {
     let dir = tempfile::tempdir().unwrap();
     let log = hindsight_sqlite::SqliteLog::open(dir.path()).unwrap();
     log.append(AppendBatch {
-        events: catalog("a"),
+        events: catalog("a").into(),
         idempotency: None,
     })
     .await

@@ -46,7 +46,7 @@ impl Sink {
                 let body: Vec<u8> = events.iter().flat_map(codec::encode).collect();
                 let batch = AppendBatch {
                     idempotency: Some(Idempotency::for_body(key, &body, Vec::new())),
-                    events,
+                    events: events.into(),
                 };
                 // Dev keeps generating after a failed append (the next round
                 // may well succeed); the failure is logged, not fatal.

@@ -115,7 +115,7 @@ fn by_stream<'a>(
 async fn append(fixture: &LogFixture, events: Vec<Event>) -> Check {
     let n = events.len();
     let batch = AppendBatch {
-        events,
+        events: events.into(),
         idempotency: None,
     };
     let what = format!("appending {n} events answered");
@@ -300,7 +300,7 @@ pub async fn log_commit_then_reopen_resumes_after_committed(
 
 fn keyed(key: &str, body: u8, events: &[Event], response: &[u8]) -> AppendBatch {
     AppendBatch {
-        events: events.to_vec(),
+        events: events.into(),
         idempotency: Some(Idempotency {
             key: key.to_string(),
             body_sha256: [body; 32],
