@@ -29,7 +29,8 @@
 //! Layout of `v`, after a tag byte:
 //! - `0` (plain): the body;
 //! - `1` (zstd): the body's length (varint), then the body as one zstd
-//!   frame — used when that is smaller.
+//!   frame — used when that is smaller, tried only on a body whose bytes
+//!   repeat ([`repetitive`]).
 //!
 //! The body: the tick count; whether the ticks' partitions are kept (`1`)
 //! or all the start's (`0`: a token's events come from one log partition,
@@ -64,6 +65,8 @@ const ZSTD: u8 = 1;
 /// what it saves.
 const COMPRESS_FROM: usize = 128;
 const ZSTD_LEVEL: i32 = 1;
+/// See [`repetitive`]: 0.6 of a byte's 8 bits.
+const MAX_COLLISION_BITS: f64 = 4.8;
 /// A body longer than this is corrupt ([`BLOCK_TICKS`] ticks take at most
 /// 39 bytes each; an older store's migration writes no larger blocks).
 const MAX_BODY: usize = 1 << 20;
@@ -142,7 +145,7 @@ pub(crate) fn encode(ticks: &[PriceTick]) -> Vec<u8> {
             next,
         );
     }
-    if body.len() >= COMPRESS_FROM {
+    if body.len() >= COMPRESS_FROM && repetitive(&body) {
         let frame = COMPRESSOR
             .with_borrow_mut(|c| c.compress(&body))
             .expect("zstd compresses a buffer");
@@ -158,6 +161,25 @@ pub(crate) fn encode(ticks: &[PriceTick]) -> Vec<u8> {
     out.push(PLAIN);
     out.extend_from_slice(&body);
     out
+}
+
+/// Whether zstd is worth trying on `body`: its bytes repeat enough that
+/// their collision entropy (Rényi's of order 2, from the sum of squared
+/// byte counts) is under [`MAX_COLLISION_BITS`] a byte. A long-tail block
+/// (irregular gaps between ticks, prices that jump) rarely is, and zstd
+/// saved 258 KB on the benchmark's 62.6 MB store while a rebuild spent a
+/// tenth of its write compressing 35 000 blocks; under the bound it tries
+/// 6 200 of them and keeps 237 KB of those savings. A dense block (a
+/// tick a second, small price steps) always is, and compresses 5×. A
+/// function of the body alone, so a block's bytes still depend only on
+/// its ticks.
+fn repetitive(body: &[u8]) -> bool {
+    let mut counts = [0u32; 256];
+    body.iter().for_each(|b| counts[*b as usize] += 1);
+    let collisions: u64 = counts.iter().map(|c| u64::from(*c) * u64::from(*c)).sum();
+    let n = body.len() as f64;
+    // -log2(Σ(c/n)²) < bits  <=>  Σc² · 2^bits > n²
+    collisions as f64 * MAX_COLLISION_BITS.exp2() > n * n
 }
 
 /// The ticks of the block at `start` [`encode`] wrote; a malformed blob
@@ -307,6 +329,38 @@ mod tests {
         for (b, m) in back.iter().zip(&many) {
             assert_eq!((b.0, b.1.to_bits()), (m.0, m.1.to_bits()));
         }
+    }
+
+    #[test]
+    fn only_a_block_whose_bytes_repeat_is_compressed() {
+        // A tick a second at one price: the same few bytes over and over.
+        let dense: Vec<_> = (0..64)
+            .map(|i| tick(T0 + i * 1_000, 0, 1_000 + i as u64, 0.5))
+            .collect();
+        assert_eq!(encode(&dense)[0], ZSTD);
+        // Irregular gaps, offsets and prices: bytes all over the range.
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let (mut ts, mut offset) = (T0, 0);
+        let sparse: Vec<_> = (0..64)
+            .map(|_| {
+                ts += 1 + (next() % 3_600_000) as i64;
+                offset += 1 + next() % 100_000;
+                tick(ts, 0, offset, (next() % 1_000) as f64 / 1_000.0)
+            })
+            .collect();
+        let v = encode(&sparse);
+        assert_eq!(v[0], PLAIN, "{} bytes", v.len());
+        assert!(
+            v.len() > COMPRESS_FROM && !repetitive(&v[1..]),
+            "zstd is not even tried"
+        );
+        assert_eq!(decode(sparse[0].0, &v).unwrap(), sparse);
     }
 
     #[test]
