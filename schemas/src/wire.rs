@@ -214,8 +214,8 @@ impl std::error::Error for Reject {}
 
 /// One line as sent. Everything is optional here; [`parse_line`] checks
 /// which fields the line's kind requires, so the message can name them.
-/// `kind` is borrowed from the line (unless escaped): it is read, never
-/// kept: one of the three strings a price line allocated.
+/// `kind` is borrowed from the line unless escaped: it is only read, and
+/// allocating it was one of the three strings a price line cost.
 #[derive(Deserialize, Default)]
 struct WireLine<'a> {
     #[serde(borrow)]

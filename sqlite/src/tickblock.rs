@@ -170,7 +170,7 @@ pub(crate) fn encode(ticks: &[PriceTick]) -> Vec<u8> {
 /// saved 258 KB on the benchmark's 62.6 MB store while a rebuild spent a
 /// tenth of its write compressing 35 000 blocks; under the bound it tries
 /// 6 200 of them and keeps 237 KB of those savings. A dense block (a
-/// tick a second, small price steps) always is, and compresses 5×. A
+/// tick a second, small price steps) always is, and compresses ~6×. A
 /// function of the body alone, so a block's bytes still depend only on
 /// its ticks.
 fn repetitive(body: &[u8]) -> bool {
