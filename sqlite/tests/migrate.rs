@@ -703,6 +703,18 @@ async fn a_version_5_store_keeps_every_series_row_under_integer_ids() {
     assert_eq!(names, ["mkt", "tok-a", "tok-b"]);
 }
 
+/// A data directory whose `store.db` holds what `sql` writes: a store as
+/// an older version left it.
+fn old_store(sql: &str) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(sql)
+        .unwrap();
+    (dir, db)
+}
+
 /// Asserts the store at `db` is at the current schema version and its
 /// table `old_table` is gone; the connection, to look further.
 fn assert_migrated(db: &std::path::Path, old_table: &str) -> rusqlite::Connection {
@@ -749,12 +761,7 @@ INSERT INTO price_ticks VALUES (2, 1756684800007, 0, 11, 0.125);
 #[tokio::test]
 async fn a_version_6_store_keeps_its_price_ticks_in_blocks() {
     use hindsight_contracts::{Tick, TickKey, TickKind, TickRange, TickValue};
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("store.db");
-    rusqlite::Connection::open(&db)
-        .unwrap()
-        .execute_batch(V6_PRICE_TICKS)
-        .unwrap();
+    let (dir, db) = old_store(V6_PRICE_TICKS);
     let t = 1_756_684_800_000;
     let tick = |token: &str, ts: i64, partition, offset, p| Tick {
         token_id: token.into(),
@@ -886,12 +893,7 @@ async fn a_version_7_store_keeps_its_price_buckets_in_blocks() {
         Candle, CandlePoint, Mark, PricePoint, Range, Row, RowKey, RowValue, Table,
     };
     use hindsight_schemas::Resolution;
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("store.db");
-    rusqlite::Connection::open(&db)
-        .unwrap()
-        .execute_batch(V7_PRICE_BUCKETS)
-        .unwrap();
+    let (dir, db) = old_store(V7_PRICE_BUCKETS);
     let t = 1_756_684_800_000;
     let minute = 60_000;
     let range = |res, start: i64| Range {
