@@ -10,8 +10,8 @@
 //! and restarts a fresh one on the inner backend.
 
 use crate::{
-    AppendBatch, AppendOutcome, Applied, Error, EventLog, Position, ProjectionStore,
-    ProjectionWrite, Result, Row, RowKey, TokenRef,
+    AppendBatch, AppendOutcome, Applied, Error, EventLog, Frontiers, Position, ProjectionStore,
+    ProjectionWrite, Result, Row, RowKey, Series, TokenRef,
 };
 use async_trait::async_trait;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -117,6 +117,10 @@ impl<S: ProjectionStore> ProjectionStore for FaultyStore<S> {
 
     async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
         self.inner.load(keys).await
+    }
+
+    async fn frontiers(&self, series: Vec<Series>) -> Result<Vec<Frontiers>> {
+        self.inner.frontiers(series).await
     }
 
     async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {

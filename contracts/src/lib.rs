@@ -44,7 +44,8 @@ pub use log::{
     IdempotencyStore, LogConsumer, Marker, Position,
 };
 pub use store::{
-    Applied, BookPoint, Candle, CandlePoint, CatalogCursor, Mark, MetricsPoint, PricePoint,
-    ProjectionStore, ProjectionWrite, Range, ReadStore, Refused, Row, RowKey, RowValue, Store,
-    Table, Tick, TickKey, TickKind, TickRange, TickValue, TokenRef, TradeTotals, TRADE_TOTALS_PAGE,
+    Applied, BookPoint, Candle, CandlePoint, CatalogCursor, Frontiers, Mark, MetricsPoint,
+    PricePoint, ProjectionStore, ProjectionWrite, Range, ReadStore, Refused, Row, RowKey, RowValue,
+    Series, Store, Table, Tick, TickKey, TickKind, TickRange, TickValue, TokenRef, TradeTotals,
+    TRADE_TOTALS_PAGE,
 };

@@ -36,6 +36,14 @@ impl Table {
     }
 }
 
+/// A series of bucket rows: a table and an id (a token id, or a market id
+/// for metrics).
+pub type Series = (Table, std::sync::Arc<str>);
+
+/// Per resolution, in [`Resolution::ALL`]'s order, a bucket start no stored
+/// row of a series is at or after ([`ProjectionStore::frontiers`]).
+pub type Frontiers = [Timestamp; Resolution::ALL.len()];
+
 /// Identity of one bucket row. `id` is a token id (prices, books) or a
 /// market id (metrics), shared: one id names many rows.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -329,6 +337,13 @@ pub struct Refused {
 ///   kept is the first in the log: replays and a `rebuild` keep the same.
 /// - **Any size**: `apply` takes a write of any number of rows, whatever
 ///   limits the backend puts on one request (the CQL store splits it).
+/// - **Frontiers bound what is stored**: `frontiers` answers, for each
+///   series and resolution, a bucket start that no stored row of it is at
+///   or after. Any bound past the last stored bucket is correct
+///   (`Timestamp(i64::MAX)` always is); a series with no row stored at a
+///   resolution may answer `Timestamp(i64::MIN)`. A bound covers the rows
+///   durable when it was read: the projector asks before it writes any row
+///   of the series.
 /// - `reset` drops every row, catalog record (with its lookups) and consumed
 ///   position; API keys and rate windows are not derived from the log and
 ///   stay. A catalog cursor returned before a reset stays valid.
@@ -338,6 +353,11 @@ pub trait ProjectionStore: Send + Sync {
     async fn committed(&self) -> Result<Vec<Position>>;
     /// The stored rows among `keys` (missing rows are simply absent).
     async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>>;
+    /// For each of `series`, per resolution, a bound on its stored buckets
+    /// (see the contract). The projector loads a row it has not seen only
+    /// before its series' bound: a log appended after a store's history,
+    /// or a new store, is then projected without a load per bucket.
+    async fn frontiers(&self, series: Vec<Series>) -> Result<Vec<Frontiers>>;
     /// The market each of `token_ids` is listed under, as
     /// `ReadStore::token` would answer after this handle's last `apply`;
     /// tokens no market lists are absent.
@@ -608,6 +628,10 @@ impl<T: ProjectionStore + ?Sized> ProjectionStore for std::sync::Arc<T> {
 
     async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
         (**self).load(keys).await
+    }
+
+    async fn frontiers(&self, series: Vec<Series>) -> Result<Vec<Frontiers>> {
+        (**self).frontiers(series).await
     }
 
     async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {

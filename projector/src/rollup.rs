@@ -1,9 +1,11 @@
 //! The rollup engine: events in, bucket rows out, at every resolution.
 //!
-//! Per batch: [`Rollup::prepare`] names the rows the batch touches that are
-//! not in memory, the caller loads them from the store ([`Rollup::fill`]),
-//! [`Rollup::apply`] folds the events in log order, and
-//! [`Rollup::drain_dirty`] hands back the changed rows to write.
+//! Per batch: [`Rollup::series_of`] names the series met for the first time,
+//! whose bounds the caller reads from the store
+//! ([`Rollup::learn_frontiers`]); [`Rollup::missing`] names the rows the
+//! batch touches that are not in memory and may be stored, the caller loads
+//! them ([`Rollup::fill`]), [`Rollup::apply`] folds the events in log
+//! order, and [`Rollup::drain_dirty`] hands back the changed rows to write.
 //!
 //! Two properties make the read tables exact:
 //! - **Replay-safe**: each row remembers the offset of the last event folded
@@ -20,7 +22,7 @@
 //! one comparison per resolution and never hash.
 
 use hindsight_contracts::Delivered;
-use hindsight_contracts::{Candle, Mark, Row, RowKey, RowValue, Table};
+use hindsight_contracts::{Candle, Frontiers, Mark, Row, RowKey, RowValue, Series, Table};
 use hindsight_schemas::{BookLevel, Event, Resolution, Timestamp};
 use rustc_hash::FxHashMap;
 use std::sync::Arc;
@@ -106,17 +108,23 @@ pub struct Rollup {
     buckets: Vec<[Vec<(i64, u32)>; NRES]>,
     slots: Vec<Slot>,
     /// Series index of each event of the batch being applied (u32::MAX for
-    /// catalog events), filled by `prepare`.
+    /// catalog events), filled by `series_of`.
     batch_series: Vec<u32>,
     /// Slots changed since the last drain, each listed once.
     dirty: Vec<u32>,
     /// Per series and resolution, the store's frontier: from this bucket
     /// on, the store holds no row of the series that is not in memory, so
     /// a row missing from memory there is absent and is not loaded.
-    /// `UNKNOWN` (no bucket is past it) until the store is known to be
-    /// empty ([`Rollup::store_emptied`]); then it moves past every row
-    /// forgotten ([`Rollup::forget_rows`]).
+    /// `UNKNOWN` (no bucket is past it) until the store's bound is learnt
+    /// ([`Rollup::learn_frontiers`]), or the least bucket when the store is
+    /// known to be empty ([`Rollup::store_emptied`]); then it moves past
+    /// every row forgotten ([`Rollup::forget_rows`]).
     frontier: Vec<[i64; NRES]>,
+    /// Series interned with an `UNKNOWN` frontier whose bound has not been
+    /// asked for, then (from [`Rollup::series_of`] to
+    /// [`Rollup::learn_frontiers`]) those being asked for.
+    unasked: Vec<u32>,
+    asking: Vec<u32>,
     /// The store held no row when [`Rollup::store_emptied`] was last
     /// called, and nothing since ([`Rollup::clear`]) has made its rows
     /// unknown: a series seen for the first time has none stored.
@@ -168,7 +176,12 @@ impl Rollup {
         self.series.push((table, id.into()));
         self.cursors.push([NO_CURSOR; NRES]);
         self.buckets.push(Default::default());
-        let frontier = if self.store_known { i64::MIN } else { UNKNOWN };
+        let frontier = if self.store_known {
+            i64::MIN
+        } else {
+            self.unasked.push(i);
+            UNKNOWN
+        };
         self.frontier.push([frontier; NRES]);
         i
     }
@@ -235,18 +248,56 @@ impl Rollup {
         slot
     }
 
-    /// Rows the batch touches that are not in memory: load them from the
-    /// store and pass them to [`Rollup::fill`] before [`Rollup::apply`].
-    pub fn prepare(&mut self, batch: &[Delivered]) -> Vec<RowKey> {
-        let mut missing = Vec::new();
+    /// Takes in the series of the batch's events and returns those whose
+    /// stored rows are not known: read their bounds from the store
+    /// ([`hindsight_contracts::ProjectionStore::frontiers`]) and pass them
+    /// to [`Rollup::learn_frontiers`]. A series never asked for keeps an
+    /// `UNKNOWN` frontier: each row of it not in memory is loaded.
+    pub fn series_of(&mut self, batch: &[Delivered]) -> Vec<Series> {
         self.batch_series.clear();
         for d in batch {
-            let Some((table, id)) = table_of(&d.event) else {
-                self.batch_series.push(u32::MAX);
-                continue;
+            let series = match table_of(&d.event) {
+                Some((table, id)) => self.intern(table, id),
+                None => u32::MAX,
             };
-            let series = self.intern(table, id);
             self.batch_series.push(series);
+        }
+        self.asking = std::mem::take(&mut self.unasked);
+        self.asking
+            .iter()
+            .map(|&i| self.series[i as usize].clone())
+            .collect()
+    }
+
+    /// The store's bounds of the series [`Rollup::series_of`] returned, in
+    /// its order. None of their rows is in memory yet, so the frontier is
+    /// the store's bound.
+    pub fn learn_frontiers(&mut self, frontiers: Vec<Frontiers>) {
+        assert_eq!(
+            frontiers.len(),
+            self.asking.len(),
+            "one bound per series asked for"
+        );
+        for (i, bounds) in self.asking.drain(..).zip(frontiers) {
+            self.frontier[i as usize] = bounds.map(|b| b.0);
+        }
+    }
+
+    /// Rows the batch given to [`Rollup::series_of`] touches that are not in
+    /// memory and may be stored: load them from the store and pass them to
+    /// [`Rollup::fill`] before [`Rollup::apply`].
+    pub fn missing(&mut self, batch: &[Delivered]) -> Vec<RowKey> {
+        assert_eq!(
+            batch.len(),
+            self.batch_series.len(),
+            "the batch given to series_of"
+        );
+        let mut missing = Vec::new();
+        for (d, i) in batch.iter().zip(0..) {
+            let series = self.batch_series[i];
+            if series == u32::MAX {
+                continue;
+            }
             let ts = ts_of(&d.event);
             for r in 0..NRES {
                 self.slot_for(series, r, ts, Some(&mut missing));
@@ -255,7 +306,7 @@ impl Rollup {
         missing
     }
 
-    /// Stored values of rows reported by [`Rollup::prepare`].
+    /// Stored values of rows reported by [`Rollup::missing`].
     pub fn fill(&mut self, rows: Vec<Row>) {
         for row in rows {
             let series = self.intern(row.key.table, &row.key.id);
@@ -293,12 +344,12 @@ impl Rollup {
         }
     }
 
-    /// Folds the batch (the same slice given to `prepare`) in log order.
+    /// Folds the batch (the same slice given to `series_of`) in log order.
     pub fn apply(&mut self, batch: &[Delivered]) -> ApplyStats {
         assert_eq!(
             batch.len(),
             self.batch_series.len(),
-            "apply the batch that was prepared"
+            "apply the batch given to series_of"
         );
         let mut stats = ApplyStats::default();
         for (i, d) in batch.iter().enumerate() {
@@ -404,6 +455,8 @@ impl Rollup {
         self.cursors.clear();
         self.buckets.clear();
         self.frontier.clear();
+        self.unasked.clear();
+        self.asking.clear();
         self.store_known = false;
         self.forget_slots();
     }
@@ -412,10 +465,8 @@ impl Rollup {
     /// (when memory grows past its bound); they are loaded again when next
     /// touched. A known frontier moves past each forgotten row, which the
     /// store now holds: rows at or past the frontier were all in memory.
+    /// (`UNKNOWN` stays.) The series stay, with what is known of them.
     pub fn forget_rows(&mut self) {
-        if !self.store_known {
-            return self.clear();
-        }
         for slot in &self.slots {
             let frontier = &mut self.frontier[slot.series as usize][slot.res.index()];
             *frontier = (*frontier).max(slot.bucket + 1);
@@ -433,7 +484,12 @@ impl Rollup {
     }
 
     fn forget_slots(&mut self) {
-        self.buckets.iter_mut().flatten().for_each(Vec::clear);
+        // Freed, not only emptied: after a bound on memory is reached, a
+        // hundred thousand series' capacity would stay behind.
+        self.buckets
+            .iter_mut()
+            .flatten()
+            .for_each(|b| *b = Vec::new());
         self.slots.clear();
         self.batch_series.clear();
         self.dirty.clear();
@@ -597,13 +653,7 @@ mod tests {
         for batch in batches {
             // A fresh engine per batch: everything comes from the "store".
             let mut rollup = Rollup::new();
-            let missing = rollup.prepare(batch);
-            rollup.fill(
-                missing
-                    .iter()
-                    .filter_map(|k| store.get(k).cloned())
-                    .collect(),
-            );
+            load(&mut rollup, batch, &store);
             rollup.apply(batch);
             for row in rollup.drain_dirty() {
                 store.insert(row.key.clone(), row);
@@ -613,6 +663,49 @@ mod tests {
     }
 
     type BTreeMapRows = std::collections::BTreeMap<RowKey, Row>;
+
+    /// What the projector does before `apply`: the bounds of the batch's
+    /// new series (the end of the last bucket `store` holds of each), then
+    /// the rows it touches that may be stored.
+    fn load(rollup: &mut Rollup, batch: &[Delivered], store: &BTreeMapRows) {
+        let series = rollup.series_of(batch);
+        let bounds = series
+            .iter()
+            .map(|(table, id)| {
+                Resolution::ALL.map(|res| {
+                    let stored = store
+                        .keys()
+                        .filter(|k| (k.table, &k.id, k.res) == (*table, id, res));
+                    let end = stored.map(|k| k.bucket.0 + res.width_ms()).max();
+                    Timestamp(end.unwrap_or(i64::MIN))
+                })
+            })
+            .collect();
+        rollup.learn_frontiers(bounds);
+        let missing = rollup.missing(batch);
+        rollup.fill(
+            missing
+                .iter()
+                .filter_map(|k| store.get(k).cloned())
+                .collect(),
+        );
+    }
+
+    /// A store holding one 1m price row of "t" at `T0`.
+    fn stored_m1(sum: f64, count: u64, candle: Option<Candle>, last_offset: u64) -> BTreeMapRows {
+        let key = RowKey {
+            table: Table::Prices,
+            id: "t".into(),
+            res: Resolution::M1,
+            bucket: Timestamp(T0),
+        };
+        let row = Row {
+            key: key.clone(),
+            value: RowValue::Price { sum, count, candle },
+            last_offset,
+        };
+        BTreeMapRows::from([(key, row)])
+    }
 
     fn price(rows: &BTreeMapRows, token: &str, res: Resolution, ms: i64) -> (f64, u64) {
         let key = RowKey {
@@ -685,21 +778,7 @@ mod tests {
         assert_eq!(price(&rows, "t", Resolution::M1, 0), (0.1 + 0.3 + 0.5, 3));
         let mut rollup = Rollup::new();
         let b = vec![tick(5, "t", 0, 0.1)];
-        rollup.prepare(&b);
-        rollup.fill(vec![Row {
-            key: RowKey {
-                table: Table::Prices,
-                id: "t".into(),
-                res: Resolution::M1,
-                bucket: Timestamp(T0),
-            },
-            value: RowValue::Price {
-                sum: 1.0,
-                count: 2,
-                candle: None,
-            },
-            last_offset: 5,
-        }]);
+        load(&mut rollup, &b, &stored_m1(1.0, 2, None, 5));
         assert_eq!(
             rollup.apply(&b).replays_skipped,
             1,
@@ -792,21 +871,7 @@ mod tests {
     fn a_price_row_stored_without_a_candle_never_gains_a_partial_one() {
         let mut rollup = Rollup::new();
         let b = vec![tick(9, "t", 0, 0.4)];
-        rollup.prepare(&b);
-        rollup.fill(vec![Row {
-            key: RowKey {
-                table: Table::Prices,
-                id: "t".into(),
-                res: Resolution::M1,
-                bucket: Timestamp(T0),
-            },
-            value: RowValue::Price {
-                sum: 1.0,
-                count: 2,
-                candle: None,
-            },
-            last_offset: 5,
-        }]);
+        load(&mut rollup, &b, &stored_m1(1.0, 2, None, 5));
         rollup.apply(&b);
         let rows = rollup.drain_dirty();
         let m1 = rows.iter().find(|r| r.key.res == Resolution::M1).unwrap();

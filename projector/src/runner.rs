@@ -427,7 +427,12 @@ impl Projector {
             true
         });
         mismatched.report();
-        let missing = self.rollup.prepare(&data);
+        let new_series = self.rollup.series_of(&data);
+        if !new_series.is_empty() {
+            let bounds = self.store.frontiers(new_series).await?;
+            self.rollup.learn_frontiers(bounds);
+        }
+        let missing = self.rollup.missing(&data);
         if !missing.is_empty() {
             let rows = self.store.load(missing).await?;
             self.rollup.fill(rows);

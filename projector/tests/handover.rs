@@ -6,8 +6,8 @@
 
 use async_trait::async_trait;
 use hindsight_contracts::{
-    AppendBatch, Applied, ConsumerSource, Delivered, EventLog, LogConsumer, Position,
-    ProjectionStore, ProjectionWrite, Result, Row, RowKey, TokenRef,
+    AppendBatch, Applied, ConsumerSource, Delivered, EventLog, Frontiers, LogConsumer, Position,
+    ProjectionStore, ProjectionWrite, Result, Row, RowKey, Series, TokenRef,
 };
 use hindsight_projector::{Projector, ProjectorConfig};
 use hindsight_schemas::{Event, PriceTick, Timestamp};
@@ -31,6 +31,10 @@ impl ProjectionStore for SlowStore {
 
     async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
         self.inner.load(keys).await
+    }
+
+    async fn frontiers(&self, series: Vec<Series>) -> Result<Vec<Frontiers>> {
+        self.inner.frontiers(series).await
     }
 
     async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {

@@ -1154,6 +1154,45 @@ impl ProjectionStore for ScyllaStore {
         Ok(parts.into_iter().flatten().collect())
     }
 
+    async fn frontiers(&self, series: Vec<hindsight_contracts::Series>) -> Result<Vec<Frontiers>> {
+        // The last time partition `series_periods` lists for a series at a
+        // resolution bounds its rows: an entry is written before the rows
+        // of its partition. The bound is that partition's end, so rows in
+        // the partition written last are still loaded one by one. Read
+        // side by side, in order, within the projector's one budget.
+        let mut reads = Vec::with_capacity(series.len() * Resolution::ALL.len());
+        for (table, id) in series {
+            for res in Resolution::ALL {
+                reads.push((Series::Bucket(table, res).table(), id.clone(), res));
+            }
+        }
+        let bounds: Vec<Timestamp> =
+            stream::iter(reads.into_iter().map(|(tbl, id, res)| async move {
+                let _permit = self.writes.acquire().await.map_err(fail)?;
+                let last = self
+                    .exec(
+                        "read_frontiers",
+                        "select_series_periods_desc",
+                        (tbl.as_str(), id.as_ref(), i64::MIN, i64::MAX, 1i32),
+                    )
+                    .await?
+                    .into_rows_result()
+                    .map_err(corrupt)?
+                    .maybe_first_row::<(i64,)>()
+                    .map_err(corrupt)?;
+                let end =
+                    |(p,): (i64,)| (p.saturating_add(1)).saturating_mul(statements::period_ms(res));
+                Ok::<_, Error>(Timestamp(last.map_or(i64::MIN, end)))
+            }))
+            .buffered(self.config.write_concurrency.max(1))
+            .try_collect()
+            .await?;
+        Ok(bounds
+            .chunks(Resolution::ALL.len())
+            .map(|per_res| per_res.try_into().expect("one bound per resolution"))
+            .collect())
+    }
+
     async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
         // Point reads side by side, within the projector's one budget of
         // requests in flight (`write_concurrency`).

@@ -718,6 +718,43 @@ fn load_one(conn: &Connection, sid: i64, key: &RowKey) -> Result<Option<Row>> {
     }))
 }
 
+/// The end of the last bucket stored of series `sid` in `table` at `res`
+/// (`i64::MIN` when none is): a price block's last entry, the greatest
+/// bucket of the other tables. One descent of the table's key each.
+fn frontier(conn: &Connection, table: Table, sid: i64, res: Resolution) -> Result<Timestamp> {
+    let width = res.width_ms();
+    let k = params![sid, res_code(res)];
+    let last = match table {
+        Table::Prices => {
+            let block: Option<(i64, Vec<u8>)> = conn
+                .prepare_cached(
+                    "SELECT block, v FROM price_bucket_blocks WHERE sid = ?1 AND res = ?2
+                     ORDER BY block DESC LIMIT 1",
+                )?
+                .query_row(k, |r| Ok((r.get(0)?, r.get(1)?)))
+                .optional()?;
+            match block {
+                Some((block, v)) => match bucketblock::entries(&v, block, width).last() {
+                    Some(e) => Some(e?.bucket),
+                    None => {
+                        return Err(Error::Corrupt(format!(
+                            "price block {block} of series {sid} is empty"
+                        )))
+                    }
+                },
+                None => None,
+            }
+        }
+        Table::Metrics => conn
+            .prepare_cached("SELECT MAX(bucket) FROM metric_buckets WHERE sid = ?1 AND res = ?2")?
+            .query_row(k, |r| r.get(0))?,
+        Table::Books => conn
+            .prepare_cached("SELECT MAX(bucket) FROM book_buckets WHERE sid = ?1 AND res = ?2")?
+            .query_row(k, |r| r.get(0))?,
+    };
+    Ok(Timestamp(last.map_or(i64::MIN, |b: i64| b + width)))
+}
+
 /// The candle in the eight columns from `first` on (`open_ts` … `low`) of
 /// a `price_buckets` row older than version 6; `None` when the row has
 /// none (written before version 5).
@@ -1477,6 +1514,27 @@ impl ProjectionStore for SqliteStore {
                 if let Some(row) = load_one(&tx, sid, key)? {
                     out.push(row);
                 }
+            }
+            Ok(out)
+        })
+        .await
+    }
+
+    async fn frontiers(&self, series: Vec<Series>) -> CResult<Vec<Frontiers>> {
+        // On the loader's connection, for the reason `load` is.
+        self.on("read_frontiers", &self.loader, move |conn| {
+            let tx = conn.transaction()?;
+            let mut sids = FxHashMap::default();
+            let mut out = Vec::with_capacity(series.len());
+            for (table, id) in &series {
+                let mut bounds = [Timestamp(i64::MIN); Resolution::ALL.len()];
+                // An id with no sid has no row.
+                if let Some(sid) = committed_sid(&tx, &mut sids, id)? {
+                    for res in Resolution::ALL {
+                        bounds[res.index()] = frontier(&tx, *table, sid, res)?;
+                    }
+                }
+                out.push(bounds);
             }
             Ok(out)
         })
@@ -2388,6 +2446,36 @@ mod tests {
         );
         let first = store.prices("a", range(5)).await.unwrap();
         assert_eq!(first, prices[..5]);
+
+        // Frontiers are exact here: the end of the last bucket stored (a
+        // price block's last entry), the least bucket where none is.
+        let series: Vec<Series> = ["a", "b", "m", "nothing"]
+            .map(|id| {
+                (
+                    if id == "m" {
+                        Table::Metrics
+                    } else {
+                        Table::Prices
+                    },
+                    id.into(),
+                )
+            })
+            .into();
+        let bounds = store.frontiers(series.clone()).await.unwrap();
+        for ((table, id), got) in series.iter().zip(bounds) {
+            let want = Resolution::ALL.map(|res| {
+                let last = match table {
+                    Table::Metrics => (res == m1).then_some(t0),
+                    _ => expected
+                        .iter()
+                        .filter(|r| (&r.key.id, r.key.res) == (id, res))
+                        .map(|r| r.key.bucket.millis())
+                        .max(),
+                };
+                Timestamp(last.map_or(i64::MIN, |b| b + res.width_ms()))
+            });
+            assert_eq!(got, want, "{id}");
+        }
     }
 
     /// Commits are copied into the database file by the checkpoint thread,

@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 use hindsight_contracts::conformance::{store, Check};
 use hindsight_contracts::*;
-use hindsight_schemas::{Event, MarketRecord, Timestamp};
+use hindsight_schemas::{Event, MarketRecord, Resolution, Timestamp};
 use hindsight_sqlite::SqliteStore;
 use std::sync::atomic::{AtomicI64, Ordering};
 
@@ -39,6 +39,8 @@ enum Break {
     TokensReused,
     /// Every use is counted as served: the status class is dropped.
     OneStatusClass,
+    /// A frontier is the last stored bucket's start, not its end.
+    FrontierAtTheLastBucket,
 }
 
 struct Broken {
@@ -55,6 +57,20 @@ impl ProjectionStore for Broken {
 
     async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
         self.inner.load(keys).await
+    }
+
+    async fn frontiers(&self, series: Vec<Series>) -> Result<Vec<Frontiers>> {
+        let mut bounds = self.inner.frontiers(series).await?;
+        if self.how == Break::FrontierAtTheLastBucket {
+            for per_res in &mut bounds {
+                for (b, res) in per_res.iter_mut().zip(Resolution::ALL) {
+                    if b.0 != i64::MIN {
+                        b.0 -= res.width_ms();
+                    }
+                }
+            }
+        }
+        Ok(bounds)
     }
 
     async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
@@ -381,4 +397,9 @@ breaking!(
     dropping_the_status_class_fails_the_usage_check,
     Break::OneStatusClass,
     store::usage_counts_add_up_across_handles
+);
+breaking!(
+    a_frontier_at_the_last_bucket_fails_the_frontier_check,
+    Break::FrontierAtTheLastBucket,
+    store::frontiers_bound_every_stored_bucket
 );

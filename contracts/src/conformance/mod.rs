@@ -134,6 +134,7 @@ macro_rules! store_conformance {
             trade_totals_sum_the_deduplicated_trades_per_bucket: Shared,
             book_at_is_the_latest_snapshot_at_or_before: Shared,
             rows_are_whole_and_last_applied_wins: Shared,
+            frontiers_bound_every_stored_bucket: Shared,
             version_moves_with_every_committed_write: Shared,
             committed_positions_per_partition: Shared,
             positions_never_advance_past_unwritten_rows: Shared,

@@ -615,6 +615,107 @@ pub async fn rows_are_whole_and_last_applied_wins(
     })
 }
 
+/// [`ProjectionStore::frontiers`]: every bound is past every bucket stored
+/// of its series at its resolution — of prices, metrics and books, in time
+/// partitions days apart, before the epoch too — and moves past rows
+/// written later. A series with nothing stored may answer any bound.
+pub async fn frontiers_bound_every_stored_bucket(
+    a: &dyn Backend,
+    b: &dyn Backend,
+    prefix: &str,
+) -> Check {
+    let tok: std::sync::Arc<str> = format!("{prefix}-tok").into();
+    let mkt: std::sync::Arc<str> = format!("{prefix}-mkt").into();
+    let row = |table: Table, res: Resolution, bucket: i64, last: u64| {
+        let (id, value) = match table {
+            Table::Prices => (
+                &tok,
+                RowValue::Price {
+                    sum: 0.5,
+                    count: 1,
+                    candle: None,
+                },
+            ),
+            Table::Metrics => (
+                &mkt,
+                RowValue::Metrics {
+                    volume_sum: 1.0,
+                    liquidity_sum: 2.0,
+                    spread_sum: 0.1,
+                    count: 1,
+                },
+            ),
+            Table::Books => (
+                &tok,
+                RowValue::Book {
+                    ts: Timestamp(bucket),
+                    offset: last,
+                    bids: "[]".into(),
+                    asks: "[]".into(),
+                },
+            ),
+        };
+        Row {
+            key: RowKey {
+                table,
+                id: id.clone(),
+                res,
+                bucket: res.bucket_start(Timestamp(bucket)),
+            },
+            value,
+            last_offset: last,
+        }
+    };
+    let day = 86_400_000;
+    let series: Vec<Series> = vec![
+        (Table::Prices, tok.clone()),
+        (Table::Metrics, mkt.clone()),
+        (Table::Books, tok.clone()),
+        (Table::Prices, format!("{prefix}-none").into()),
+    ];
+    let mut stored: Vec<Row> = Vec::new();
+    // Rows of the three tables at every resolution, the last one first,
+    // then rows days later (other time partitions), then one far before.
+    for (step, at) in [
+        T0 + 3 * day + 1_234_567,
+        T0 + 700_000,
+        T0 + 40 * day + 5,
+        -3 * day - 7,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let rows: Vec<Row> = Table::ALL
+            .into_iter()
+            .flat_map(|table| Resolution::ALL.map(|res| row(table, res, at, step as u64)))
+            .collect();
+        write(a, rows.clone()).await?;
+        stored.extend(rows);
+        let bounds = b.frontiers(series.clone()).await.map_err(store_err)?;
+        ensure(bounds.len() == series.len(), || {
+            format!("{} bounds for {} series", bounds.len(), series.len())
+        })?;
+        for r in &stored {
+            let i = series
+                .iter()
+                .position(|(t, id)| (*t, id) == (r.key.table, &r.key.id))
+                .expect("a series of the check");
+            let bound = bounds[i][r.key.res.index()];
+            ensure(r.key.bucket < bound, || {
+                format!(
+                    "after write {step}, the {} frontier of {} at {} is {}, not past its stored bucket {}",
+                    r.key.table.as_str(),
+                    r.key.id,
+                    r.key.res.as_str(),
+                    bound.0,
+                    r.key.bucket.0
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
 /// [`ReadStore::version`] and [`AuthStore::version`]: a stamp read after
 /// a write committed (a key and its revocation; bucket rows, a catalog
 /// record) differs from the stamp read before it, on the other handle; a
