@@ -256,11 +256,23 @@ fn lock_projector(dir: &Path) -> anyhow::Result<File> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let path = dir.join("projector.lock");
     let file = File::create(&path).with_context(|| format!("opening {}", path.display()))?;
-    file.try_lock().map_err(|_| {
-        anyhow!(
-            "another projector holds {} (is `hindsight dev`, `projector` or `rebuild` running on this data dir?)",
-            path.display()
-        )
-    })?;
+    file.try_lock().map_err(|_| ProjectorLocked(path))?;
     Ok(file)
 }
+
+/// Another process holds the projector lock of an embedded data directory:
+/// [`Backends::connect`] fails with it (a backfill then only appends).
+#[derive(Debug)]
+pub struct ProjectorLocked(PathBuf);
+
+impl std::fmt::Display for ProjectorLocked {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "another projector holds {} (is `hindsight dev`, `projector`, `rebuild` or `backfill` running on this data dir?)",
+            self.0.display()
+        )
+    }
+}
+
+impl std::error::Error for ProjectorLocked {}

@@ -1,7 +1,7 @@
 //! What each subcommand does: configuration → backends → service, run until
 //! a signal; or a one-shot operator command.
 
-use crate::backends::{BackendConfig, Backends};
+use crate::backends::{BackendConfig, Backends, ProjectorLocked};
 use crate::config::*;
 use crate::demo::{DemoConfig, DemoFeed, HttpSink, Sink};
 use crate::services::api::ApiConfig;
@@ -219,7 +219,7 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
 }
 
 async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
-    let backends = Backends::connect(&args.backends()?).await?;
+    let (backends, projecting) = backfill_backends(&args).await?;
     let log = backends.log()?;
     let catalog = Arc::new(CatalogView::new(backends.store()?, DEFAULT_CATALOG_MAX_AGE));
     let target = Target {
@@ -253,17 +253,93 @@ async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
         skipped += report.already_appended;
         rejected += report.rejected;
     }
+    let appended_in = progress.elapsed().as_secs_f64();
+    let projected = match projecting {
+        Some(projecting) => Some(projecting.finish().await.context(
+            "projecting the backfill failed; what was appended stays in the log, and the next \
+             projector (`hindsight dev`, `projector`) resumes from the store's position",
+        )?),
+        None => None,
+    };
     backends.close().await;
     let secs = progress.elapsed().as_secs_f64();
     println!(
-        "backfill: {} files, {lines} lines, {accepted} appended, {skipped} skipped as already appended, {rejected} rejected, {secs:.1} s ({:.0} events/s)",
+        "backfill: {} files, {lines} lines, {accepted} appended, {skipped} skipped as already appended, {rejected} rejected, {appended_in:.1} s ({:.0} events/s)",
         args.files.len(),
-        (accepted + skipped) as f64 / secs.max(1e-9)
+        (accepted + skipped) as f64 / appended_in.max(1e-9)
     );
+    if let Some(events) = projected {
+        println!(
+            "backfill: {events} events projected into the read tables; all queryable after {secs:.1} s"
+        );
+    }
     if rejected > 0 {
         std::process::exit(2);
     }
     Ok(())
+}
+
+/// The backends of a backfill and, with `--project`, a projector rolling in
+/// what it appends: the parse and the projector's fold and writes then
+/// share the machine's cores, and the files are queryable when the command
+/// returns. When another process holds the data directory's projector (a
+/// running `hindsight dev`), that one rolls them in.
+async fn backfill_backends(args: &BackfillArgs) -> anyhow::Result<(Backends, Option<Projecting>)> {
+    let mut config = args.backends()?;
+    if !args.project {
+        return Ok((Backends::connect(&config).await?, None));
+    }
+    if config.kafka.is_some() {
+        bail!("--project rolls the embedded log in; with Kafka, the projector services do");
+    }
+    config.uses.consume = true;
+    let backends = match Backends::connect(&config).await {
+        Err(e) if e.downcast_ref::<ProjectorLocked>().is_some() => {
+            eprintln!("{e}: appending only, and that projector rolls the files in");
+            config.uses.consume = false;
+            return Ok((Backends::connect(&config).await?, None));
+        }
+        other => other?,
+    };
+    let projector = Projector::new(
+        backends.source()?,
+        backends.store()?,
+        args.projector.rebuild_config(),
+    );
+    Ok((backends, Some(Projecting::start(projector))))
+}
+
+/// A projector catching up with a log still being appended to, until told
+/// the appends are over ([`Projecting::finish`]).
+struct Projecting {
+    appended: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<hindsight_contracts::Result<u64>>,
+}
+
+impl Projecting {
+    fn start(mut projector: Projector) -> Self {
+        let (appended, done) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            let mut events = 0;
+            loop {
+                // Read before catching up: when it says the appends are
+                // over, this catch-up covers every one of them.
+                let last = *done.borrow();
+                events += projector.catch_up().await?;
+                if last {
+                    return Ok(events);
+                }
+            }
+        });
+        Projecting { appended, task }
+    }
+
+    /// Waits until every event appended is in the read tables; returns how
+    /// many events were projected.
+    async fn finish(self) -> anyhow::Result<u64> {
+        let _ = self.appended.send(true);
+        Ok(self.task.await??)
+    }
 }
 
 async fn rebuild(args: RebuildArgs) -> anyhow::Result<()> {

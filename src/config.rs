@@ -50,7 +50,8 @@ pub enum Command {
     Projector(ProjectorArgs),
     /// The /v1 API alone, reading the read store.
     Api(ApiArgs),
-    /// Appends NDJSON files (plain or gzip) to the log.
+    /// Appends NDJSON files (plain or gzip) to the log; with `--project`,
+    /// also rolls them into the read tables as it goes.
     Backfill(BackfillArgs),
     /// Drops every read table and replays the whole log into them.
     Rebuild(RebuildArgs),
@@ -693,6 +694,16 @@ pub struct BackfillArgs {
     /// No progress line (for logs and CI).
     #[arg(long, env = "HINDSIGHT_NO_PROGRESS", value_parser = BoolishValueParser::new())]
     pub no_progress: bool,
+    /// Also roll what is appended into the read tables, while appending
+    /// (embedded log only): the files are queryable when the command
+    /// returns. It takes the data directory's projector, so `dev` or
+    /// `projector` cannot start on it meanwhile; when one already runs, the
+    /// backfill only appends and that one rolls the files in.
+    #[arg(long, env = "HINDSIGHT_BACKFILL_PROJECT", value_parser = BoolishValueParser::new())]
+    pub project: bool,
+    /// The steps of the projector `--project` runs (as `rebuild`'s).
+    #[command(flatten)]
+    pub projector: ProjectorOpts,
 }
 
 impl BackfillArgs {

@@ -107,20 +107,6 @@ fn start_projector(dir: &Path) -> Killed {
     )
 }
 
-fn consumed(dir: &Path) -> i64 {
-    scalar(
-        &dir.join("store.db"),
-        "SELECT MAX(next_offset) FROM consumed",
-    )
-}
-
-fn head(dir: &Path) -> i64 {
-    scalar(
-        &dir.join("log.db"),
-        "SELECT MAX(first_offset + count) FROM log_batches",
-    )
-}
-
 #[test]
 fn sigkilled_projector_neither_loses_nor_double_counts() {
     let dir = temp_dir("crash");
@@ -155,7 +141,7 @@ fn sigkilled_projector_neither_loses_nor_double_counts() {
             kills < 60,
             "only {mid_stream_kills} of {kills} kills landed mid-stream"
         );
-        if consumed(&dir) >= head(&dir) {
+        if consumed(&dir) >= log_head(&dir) {
             extra += 1;
             let more = dir.join(format!("more-{extra}.ndjson"));
             let c = write_events(&more, 10 + extra, 700, 80_000 + extra as i64 * 20_000);
@@ -169,7 +155,7 @@ fn sigkilled_projector_neither_loses_nor_double_counts() {
         projector.0.kill().unwrap(); // SIGKILL
         projector.0.wait().unwrap();
         kills += 1;
-        if before < head(&dir) {
+        if before < log_head(&dir) {
             mid_stream_kills += 1;
         }
         projector = start_projector(&dir);
@@ -177,12 +163,16 @@ fn sigkilled_projector_neither_loses_nor_double_counts() {
     assert!(feeder.wait().unwrap().success());
 
     let deadline = Instant::now() + Duration::from_secs(120);
-    while consumed(&dir) < head(&dir) {
+    while consumed(&dir) < log_head(&dir) {
         assert!(Instant::now() < deadline, "projector never caught up");
         std::thread::sleep(Duration::from_millis(50));
     }
     drop(projector);
-    assert_eq!(head(&dir), total, "the log holds every event exactly once");
+    assert_eq!(
+        log_head(&dir),
+        total,
+        "the log holds every event exactly once"
+    );
 
     // Every event counted exactly once, at every resolution.
     let store = dir.join("store.db");

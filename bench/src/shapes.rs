@@ -2,9 +2,12 @@
 //! run: each shape is written as one NDJSON file (the ingest wire format),
 //! then rolled into durable buckets of every resolution by
 //!
-//! - Hindsight: `hindsight backfill` into a fresh embedded data directory
-//!   (validated, durably logged), then `hindsight rebuild` (the log replayed
-//!   into the buckets `/v1` reads), each its own process, timed apart;
+//! - Hindsight: `hindsight backfill --project` into a fresh embedded data
+//!   directory (validated, durably logged, and rolled into the buckets
+//!   `/v1` reads while it appends) — the figure compared. Then, for what
+//!   each half costs alone: `hindsight rebuild` of that directory (the log
+//!   replayed into the buckets; the tables must come out the same, byte
+//!   for byte), and `hindsight backfill` appending only into another;
 //! - DuckDB (`read_json` into a table of ticks, one `GROUP BY` table per
 //!   resolution, checkpointed) and ClickHouse (chdb, MergeTree tables of
 //!   the same), through `bench/shapes.py` in the virtualenv
@@ -80,7 +83,7 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
     ];
     println!(
         "== Shapes: one NDJSON file each, rolled into durable buckets of {} resolutions; \
-         Hindsight (backfill, then rebuild) next to DuckDB {duckdb_version} and ClickHouse (chdb {chdb_version}) on the same file",
+         Hindsight (backfill --project) next to DuckDB {duckdb_version} and ClickHouse (chdb {chdb_version}) on the same file",
         Resolution::ALL.len()
     );
     for (key, shape) in &shapes {
@@ -124,20 +127,33 @@ fn compare(
     );
 
     let data = work.join("hindsight");
-    let backfill = timed(
+    let projecting = timed(
         bin,
-        &["backfill", "--no-progress", "--data-dir"],
+        &["backfill", "--project", "--no-progress", "--data-dir"],
         &data,
         Some(&file),
     )?;
-    let log_bytes = disk_bytes(&data)?;
-    let rebuild = timed(bin, &["rebuild", "--data-dir"], &data, None)?;
     let store_bytes: u64 = ["store.db", "store.db-wal", "store.db-shm"]
         .iter()
         .map(|f| disk_bytes(&data.join(f)))
         .sum::<std::io::Result<u64>>()?;
     let total_bytes = disk_bytes(&data)?;
-    let hindsight = read_hindsight(&data, backfill + rebuild, total_bytes)?;
+    let hindsight = read_hindsight(&data, projecting, total_bytes)?;
+    let projected = tables_digest(&data)?;
+    let rebuild = timed(bin, &["rebuild", "--data-dir"], &data, None)?;
+    anyhow::ensure!(
+        tables_digest(&data)? == projected,
+        "the rebuilt tables differ from those projected while appending"
+    );
+    let appending = work.join("hindsight-append-only");
+    let backfill = timed(
+        bin,
+        &["backfill", "--no-progress", "--data-dir"],
+        &appending,
+        Some(&file),
+    )?;
+    let log_bytes = disk_bytes(&appending)?;
+    std::fs::remove_dir_all(&appending)?;
     let duck = anchor(python, script, "duckdb", &file, &work.join("duckdb"))?;
     let click = anchor(
         python,
@@ -157,18 +173,18 @@ fn compare(
     );
     println!(
         "     {:<44} {backfill:>8.2} {:>12.0} {:>10.1}",
-        "Hindsight backfill (validated, durable log)",
+        "Hindsight backfill alone (durable log)",
         rate(backfill),
         mb(log_bytes)
     );
     println!(
         "     {:<44} {rebuild:>8.2} {:>12.0} {:>10.1}",
-        "Hindsight rebuild (log -> buckets)",
+        "Hindsight rebuild alone (log -> buckets)",
         rate(rebuild),
         mb(store_bytes)
     );
     for (name, a) in [
-        ("Hindsight, both (log + store)", &hindsight),
+        ("Hindsight backfill --project (log + store)", &hindsight),
         ("DuckDB (ticks + candle buckets)", &duck),
         ("ClickHouse (chdb MergeTree, the same)", &click),
     ] {
@@ -188,11 +204,44 @@ fn compare(
         );
     }
     println!(
-        "     agreed: rows and ticks per resolution; {}'s {} 1h averages (to 1e-9)",
+        "     agreed: rows and ticks per resolution; {}'s {} 1h averages (to 1e-9); rebuild's tables = backfill --project's",
         hindsight.busiest,
         hindsight.hourly.len()
     );
     Ok(())
+}
+
+/// A digest of every bucket table of a data directory's store and of its
+/// tick count, to tell two stores' tables apart. (Where tick blocks are cut
+/// depends on how the log was cut into steps, not the ticks they hold: see
+/// `hindsight_sqlite::tickblock`.)
+fn tables_digest(data: &Path) -> anyhow::Result<u64> {
+    use std::hash::{Hash, Hasher};
+    let conn = rusqlite::Connection::open_with_flags(
+        data.join("store.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )?;
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    let ticks: Option<i64> =
+        conn.query_row("SELECT SUM(n) FROM price_tick_blocks", [], |r| r.get(0))?;
+    ticks.hash(&mut hasher);
+    for table in ["price_bucket_blocks", "metric_buckets", "book_buckets"] {
+        let mut stmt = conn.prepare(&format!("SELECT * FROM {table} ORDER BY 1, 2, 3, 4"))?;
+        let columns = stmt.column_count();
+        let mut rows = stmt.query([])?;
+        while let Some(row) = rows.next()? {
+            for i in 0..columns {
+                use rusqlite::types::ValueRef;
+                match row.get_ref(i)? {
+                    ValueRef::Null => 0u8.hash(&mut hasher),
+                    ValueRef::Integer(v) => v.hash(&mut hasher),
+                    ValueRef::Real(v) => v.to_bits().hash(&mut hasher),
+                    ValueRef::Text(v) | ValueRef::Blob(v) => v.hash(&mut hasher),
+                }
+            }
+        }
+    }
+    Ok(hasher.finish())
 }
 
 /// Runs `bin args… data [file]` to success; its wall-clock seconds.

@@ -200,6 +200,22 @@ pub fn scalar(db: &Path, sql: &str) -> i64 {
         .unwrap_or(0)
 }
 
+/// The position after the last event the embedded store consumed.
+pub fn consumed(dir: &Path) -> i64 {
+    scalar(
+        &dir.join("store.db"),
+        "SELECT MAX(next_offset) FROM consumed",
+    )
+}
+
+/// The position after the last event of the embedded log.
+pub fn log_head(dir: &Path) -> i64 {
+    scalar(
+        &dir.join("log.db"),
+        "SELECT MAX(first_offset + count) FROM log_batches",
+    )
+}
+
 /// Every row of the derived tables of `store.db`, floats in their exact
 /// round-trip form (blobs as bytes), for comparing incremental tables with
 /// a rebuild. A series table's `sid` is shown as the id it stands for:
