@@ -7,8 +7,10 @@
 //! exact counts below hold only when no other test's traffic adds to them.
 //! `tests/app/ops.rs` checks every service's /metrics with promtool.
 
+mod common;
 #[path = "app/helpers.rs"]
 mod helpers;
+use common::{free_port, Killed};
 use helpers::*;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
@@ -182,25 +184,6 @@ async fn prometheus_scrapes_the_series_as_traffic_moves_them() {
     promtool_accepts("hindsight dev", &body);
 }
 
-/// A loopback port free right now (for Prometheus, which cannot be handed
-/// a bound socket).
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// A child process killed (SIGKILL) and reaped on drop.
-struct Killed(std::process::Child);
-
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
 
 /// A fresh deployment, before any traffic, lists every family on `/metrics`,
 /// counters at zero for each label value they can be recorded with, so

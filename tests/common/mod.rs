@@ -282,11 +282,28 @@ impl Drop for Killed {
     }
 }
 
-/// A loopback port free right now.
+/// A loopback port free right now, for a child process to bind later.
+/// Drawn from 20000-32767, below Linux's ephemeral range (32768-60999), as
+/// `scripts/engines.sh` draws the engines' ports: a port the kernel handed
+/// out for `:0` is an ephemeral one, which any outgoing connection (a
+/// Kafka or CQL client of another test) could take before the child binds
+/// it — a CI run once lost a test that way ("Address already in use").
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static SEED: AtomicU64 = AtomicU64::new(0);
+    let mut x = SEED.fetch_add(0x9e37_79b9_7f4a_7c15, Ordering::Relaxed)
+        ^ (std::process::id() as u64) << 32
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos() as u64);
+    for _ in 0..1_000 {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let port = 20_000 + (x % 12_768) as u16;
+        if std::net::TcpListener::bind(("127.0.0.1", port)).is_ok() {
+            return port;
+        }
+    }
+    panic!("no free port in 20000-32767 after 1 000 tries");
 }
