@@ -31,16 +31,16 @@ use std::time::Instant;
 /// (the API says so rather than serve a candle of part of a bucket).
 /// Version 6 keys the series tables by integer `sid` (`series_ids`) and
 /// integer `res` ([`res_code`]), and packs a price bucket's sum and candle
-/// into one blob ([`crate::rowcodec`]); opening an older store converts it
-/// in place ([`migrate_series_tables`]), history intact, without a replay.
+/// into one blob (`crate::rowcodec`); opening an older store converts it
+/// in place (`migrate_series_tables`), history intact, without a replay.
 /// Version 7 keeps price ticks in blocks of up to
-/// [`tickblock::BLOCK_TICKS`] (`price_tick_blocks`, [`crate::tickblock`])
+/// `tickblock::BLOCK_TICKS` (`price_tick_blocks`, `crate::tickblock`)
 /// instead of a row each; opening an older store packs its `price_ticks`
-/// into blocks ([`migrate_price_ticks`]).
+/// into blocks (`migrate_price_ticks`).
 /// Version 8 keeps price buckets in blocks of a window of
-/// [`bucketblock::BLOCK_BUCKETS`] buckets (`price_bucket_blocks`,
-/// [`crate::bucketblock`]) instead of a row each; opening an older store
-/// packs its `price_buckets` into blocks ([`migrate_v7_price_buckets`]).
+/// `bucketblock::BLOCK_BUCKETS` buckets (`price_bucket_blocks`,
+/// `crate::bucketblock`) instead of a row each; opening an older store
+/// packs its `price_buckets` into blocks (`migrate_v7_price_buckets`).
 pub const SCHEMA_VERSION: i64 = 8;
 
 /// The code of a resolution in the bucket tables' `res` column: its width
