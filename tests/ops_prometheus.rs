@@ -184,7 +184,6 @@ async fn prometheus_scrapes_the_series_as_traffic_moves_them() {
     promtool_accepts("hindsight dev", &body);
 }
 
-
 /// A fresh deployment, before any traffic, lists every family on `/metrics`,
 /// counters at zero for each label value they can be recorded with, so
 /// dashboards and alerts can tell zero from absent. (The families keyed by
