@@ -52,18 +52,12 @@ fn write_file(path: &Path, from_secs: i64, rounds: i64, step: i64) -> i64 {
 }
 
 fn backfill(dir: &Path, file: &Path) -> std::process::Output {
-    let out = hindsight()
-        .args(["backfill", "--project", "--no-progress", "--data-dir"])
-        .arg(dir)
-        .arg(file)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    out
+    succeed(
+        hindsight()
+            .args(["backfill", "--project", "--no-progress", "--data-dir"])
+            .arg(dir)
+            .arg(file),
+    )
 }
 
 fn price_ticks(dir: &Path, res_minutes: i64) -> i64 {
@@ -95,12 +89,7 @@ fn a_projecting_backfill_leaves_the_tables_a_rebuild_makes() {
     }
     let projected = snapshot(&dir.join("store.db"));
 
-    let rebuilt = hindsight()
-        .args(["rebuild", "--data-dir"])
-        .arg(&dir)
-        .output()
-        .unwrap();
-    assert!(rebuilt.status.success());
+    succeed(hindsight().args(["rebuild", "--data-dir"]).arg(&dir));
     let clean = snapshot(&dir.join("store.db"));
     assert_eq!(projected.len(), clean.len());
     for (p, c) in projected.iter().zip(&clean) {

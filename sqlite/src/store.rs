@@ -2236,17 +2236,23 @@ impl AuthStore for SqliteStore {
 mod tests {
     use super::*;
 
+    /// A xorshift generator of numbers below `n`: the tests' data is
+    /// irregular, and the same on every run.
+    fn below() -> impl FnMut(u64) -> u64 {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        move |n| {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed % n
+        }
+    }
+
     /// Counted into place or sorted, by dense sids or sparse ones (and
     /// negative), in order or not: the order of a sort by key.
     #[test]
     fn items_in_sid_order_are_in_key_order() {
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: u64| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x % n
-        };
+        let mut next = below();
         for (len, sids, spread) in [(0, 1, 1), (1, 1, 1), (500, 40, 1), (500, 40, 1_000_000)] {
             for shuffled in [false, true] {
                 let mut items: Vec<((i64, i64, usize), u8)> = (0..len)
@@ -2298,13 +2304,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = SqliteStore::open(dir.path()).unwrap();
         let mut model: BTreeMap<TickKey, f64> = BTreeMap::new();
-        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move |n: u64| {
-            seed ^= seed << 13;
-            seed ^= seed >> 7;
-            seed ^= seed << 17;
-            seed % n
-        };
+        let mut next = below();
         let t0 = 1_756_684_800_000i64;
         let key = |ts: i64, partition: u32, offset: u64| TickKey {
             ts: Timestamp(ts),

@@ -172,6 +172,17 @@ pub fn create_key(data_dir: &Path, org: &str, plan: &str, plans_file: Option<&Pa
     String::from_utf8(out.stdout).unwrap().trim().to_string()
 }
 
+/// Runs a command to success, failing the test with its stderr otherwise.
+pub fn succeed(command: &mut std::process::Command) -> std::process::Output {
+    let out = command.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{command:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 pub fn keys_cli(data_dir: &Path, args: &[&str]) -> String {
     let out = hindsight()
         .arg("keys")
