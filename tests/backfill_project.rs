@@ -8,7 +8,7 @@
 
 mod common;
 use common::*;
-use std::io::Write;
+use std::io::{BufRead, Write};
 use std::path::Path;
 use std::process::Stdio;
 
@@ -102,32 +102,36 @@ fn with_another_projector_running_a_backfill_only_appends() {
     let dir = temp_dir("backfill-project-locked");
     let file = dir.join("events.ndjson");
     let prices = write_file(&file, 0, 200, 60);
-    let projector = Killed(
+    let mut projector = Killed(
         hindsight()
             .args(["projector", "--metrics-listen", "127.0.0.1:0", "--data-dir"])
             .arg(&dir)
+            .env_remove("HINDSIGHT_LOG")
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
             .unwrap(),
     );
-    // The projector holds the lock once it has opened its backends.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !dir.join("store.db").exists() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "projector did not start"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
-    std::thread::sleep(std::time::Duration::from_millis(300));
+    // It says where it listens once its backends are open, the lock held;
+    // the rest of its stderr is drained so that it never blocks on it.
+    let mut lines = std::io::BufReader::new(projector.0.stderr.take().unwrap()).lines();
+    let started = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .any(|l| l.contains("listening on"));
+    assert!(started, "the projector did not start");
+    std::thread::spawn(move || lines.for_each(drop));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
     let out = backfill(&dir, &file);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("another projector holds"), "{err}");
     assert!(err.contains("appending only"), "{err}");
     // The running projector rolls the file in.
     while price_ticks(&dir, 1) < prices {
-        assert!(std::time::Instant::now() < deadline + std::time::Duration::from_secs(30));
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the projector did not roll it in"
+        );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     drop(projector);

@@ -1159,7 +1159,8 @@ impl ProjectionStore for ScyllaStore {
         // resolution bounds its rows: an entry is written before the rows
         // of its partition. The bound is that partition's end, so rows in
         // the partition written last are still loaded one by one. Read
-        // side by side, in order, within the projector's one budget.
+        // side by side, in order, at most `write_concurrency` at once (as
+        // `load` reads).
         let mut reads = Vec::with_capacity(series.len() * Resolution::ALL.len());
         for (table, id) in series {
             for res in Resolution::ALL {
@@ -1168,7 +1169,6 @@ impl ProjectionStore for ScyllaStore {
         }
         let bounds: Vec<Timestamp> =
             stream::iter(reads.into_iter().map(|(tbl, id, res)| async move {
-                let _permit = self.writes.acquire().await.map_err(fail)?;
                 let last = self
                     .exec(
                         "read_frontiers",

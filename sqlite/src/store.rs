@@ -858,31 +858,31 @@ fn in_sid_order<K: Copy + Ord, V: Copy>(
     sid: impl Fn(&K) -> i64,
 ) -> Vec<(K, V)> {
     let sid = |item: &(K, V)| sid(&item.0);
-    let Some(max) = items.iter().map(&sid).max() else {
-        return items;
-    };
-    let dense = items.iter().map(&sid).min().is_some_and(|min| min >= 0)
-        && max as u64 <= 4 * items.len() as u64 + 1024;
-    let mut out = items;
-    if !dense {
+    let (min, max) = items
+        .iter()
+        .map(&sid)
+        .fold((i64::MAX, i64::MIN), |(lo, hi), s| (lo.min(s), hi.max(s)));
+    let dense = min >= 0 && max as u64 <= 4 * items.len() as u64 + 1024;
+    if items.is_empty() || !dense {
+        let mut out = items;
         out.sort_unstable_by_key(|(key, _)| *key);
         return out;
     }
+    // `starts[s]`: where sid `s`'s items begin in the output.
     let mut starts = vec![0usize; max as usize + 2];
-    for item in &out {
+    for item in &items {
         starts[sid(item) as usize + 1] += 1;
     }
     for i in 1..starts.len() {
         starts[i] += starts[i - 1];
     }
     let mut next = starts.clone();
-    let mut placed = out.clone();
-    for item in &out {
+    let mut out = items.clone();
+    for item in &items {
         let at = &mut next[sid(item) as usize];
-        placed[*at] = *item;
+        out[*at] = *item;
         *at += 1;
     }
-    out = placed;
     for group in starts.windows(2) {
         let group = &mut out[group[0]..group[1]];
         if !group.is_sorted_by_key(|(key, _)| *key) {
