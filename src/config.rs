@@ -420,7 +420,7 @@ pub struct ProjectorOpts {
     pub projector_batch_max: Option<usize>,
     /// Most events in one step while the log is behind: each full poll
     /// doubles the next, up to this, and larger steps drain a backlog with
-    /// fewer writes but hold more in memory [default: 160000; 250000 for
+    /// fewer writes but hold more in memory [default: 640000; 250000 for
     /// `rebuild`].
     #[arg(long, env = "HINDSIGHT_PROJECTOR_BACKLOG_BATCH_MAX")]
     pub projector_backlog_batch_max: Option<usize>,
