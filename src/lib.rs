@@ -9,7 +9,8 @@
 //! - [`commands`]: what each subcommand does; [`shutdown`]: the signals.
 //! - [`demo`]: the demo generator and the loop feeding it to dev or ingest.
 //! - [`app`]: the embedded parts as concrete types, for the benchmarks.
-//! - [`allocator`]: malloc's arenas, capped before any thread starts.
+//! - [`allocator`]: malloc tuned (two arenas, a fixed mmap threshold)
+//!   before any thread starts.
 
 pub mod allocator;
 pub mod app;

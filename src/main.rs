@@ -11,7 +11,7 @@ use hindsight::config::Cli;
 use std::io::IsTerminal;
 
 fn main() -> anyhow::Result<()> {
-    hindsight::allocator::limit_malloc_arenas();
+    hindsight::allocator::tune_malloc();
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
