@@ -428,9 +428,13 @@ pub struct ProjectorOpts {
 
 impl ProjectorOpts {
     /// The running projector's: small steps keep the time from an event's
-    /// append to its buckets short.
+    /// append to its buckets short, and once a backlog is drained its
+    /// steps' memory goes back to the system.
     pub fn config(&self) -> hindsight_projector::ProjectorConfig {
-        self.with_default(hindsight_projector::ProjectorConfig::default())
+        hindsight_projector::ProjectorConfig {
+            release_memory: Some(crate::allocator::release_free_memory),
+            ..self.with_default(hindsight_projector::ProjectorConfig::default())
+        }
     }
 
     /// `rebuild`'s: the whole log is behind, nobody waits on one event,

@@ -87,7 +87,12 @@ impl Harness {
             .put_key(keys::record_for(KEY, "bench", "enterprise"))
             .await?;
         let (stop, stopped) = watch::channel(false);
-        let projector = tokio::spawn(app.projector(ProjectorConfig::default()).run(stopped));
+        // As the binary's running projector does (`ProjectorOpts::config`).
+        let config = ProjectorConfig {
+            release_memory: Some(hindsight::allocator::release_free_memory),
+            ..Default::default()
+        };
+        let projector = tokio::spawn(app.projector(config).run(stopped));
         let router = app
             .api_router(Default::default())
             .await?

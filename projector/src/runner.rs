@@ -58,6 +58,12 @@ pub struct ProjectorConfig {
     pub idle_wait: Duration,
     /// Rows kept in memory between steps before they are dropped.
     pub max_cached_rows: usize,
+    /// Called by [`Projector::run`] when it finds the log caught up, its
+    /// last write durable, after a backlog grew its steps: their buffers
+    /// are free then, and the binary hands them back to the system
+    /// (`hindsight::allocator::release_free_memory`), so a projector that
+    /// drained a backlog does not keep its peak memory while idle.
+    pub release_memory: Option<fn()>,
 }
 
 impl Default for ProjectorConfig {
@@ -67,6 +73,7 @@ impl Default for ProjectorConfig {
             backlog_batch_max: 640_000,
             idle_wait: Duration::from_millis(100),
             max_cached_rows: 500_000,
+            release_memory: None,
         }
     }
 }
@@ -99,6 +106,8 @@ pub struct Projector {
     /// Most events the next poll takes: `batch_max`, doubled up to
     /// `backlog_batch_max` after each full poll.
     poll_max: usize,
+    /// A backlog grew the steps since the log was last found caught up.
+    grown: bool,
 }
 
 /// A segment's write running on the store while the projector polls and
@@ -160,6 +169,7 @@ impl Projector {
             owners: Owners::default(),
             in_flight: None,
             poll_max: config.batch_max,
+            grown: false,
             config,
         }
     }
@@ -214,7 +224,13 @@ impl Projector {
                 // An empty poll settles the write in flight: an idle log's
                 // last events are committed without waiting for more.
                 let result = match self.advance(consumer.as_mut()).await {
-                    Ok(stats) if stats.events == 0 => self.settle(consumer.as_mut()).await,
+                    Ok(stats) if stats.events == 0 => {
+                        let settled = self.settle(consumer.as_mut()).await;
+                        if settled.is_ok() {
+                            self.caught_up();
+                        }
+                        settled
+                    }
                     other => other.map(|_| ()),
                 };
                 match result {
@@ -297,6 +313,7 @@ impl Projector {
         } else {
             self.config.batch_max
         };
+        self.grown |= self.poll_max > self.config.batch_max;
         // Partitions moved (a consumer-group rebalance): cached rows of a
         // partition this projector lost may since have been written by
         // another projector, so every row is loaded afresh.
@@ -326,6 +343,19 @@ impl Projector {
             self.owners.clear();
         }
         Ok(stats)
+    }
+
+    /// The log is caught up and nothing is in flight: after a backlog,
+    /// what its large steps held is free, and goes back to the system.
+    fn caught_up(&mut self) {
+        if !std::mem::take(&mut self.grown) {
+            return;
+        }
+        if let Some(release) = self.config.release_memory {
+            let started = Instant::now();
+            release();
+            tracing::debug!(took = ?started.elapsed(), "backlog drained; free memory released");
+        }
     }
 
     /// Awaits the write in flight, reports it and commits its step's

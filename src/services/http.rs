@@ -19,7 +19,7 @@
 //!   answered within it is answered 408 with a JSON `detail`.
 //!
 //! Each listener reports its open connections, its cap and what each bound
-//! cut short ([`ListenerEvents`]), so an SRE can tell a flood or a slow
+//! cut short (`ListenerEvents`), so an SRE can tell a flood or a slow
 //! client from an idle service.
 
 use axum::body::Body;
