@@ -49,9 +49,9 @@ pub fn tune_malloc() {
 /// memory inside glibc's heaps is otherwise kept for reuse, so a process
 /// that drained a backlog stayed near its peak while idle: `hindsight
 /// projector` catching up a backfilled long-tail log of 2 000 000 ticks
-/// into an empty store sat at 417 MB 10 s later (peak 556 MB) with the
-/// binary before this and the 4 MiB threshold, and at 207 MB (peak 524 MB)
-/// with both. A call took ~20 ms.
+/// into an empty store sat at 417 MB 10 s later (peak 556 MB) with neither
+/// this nor the 4 MiB threshold, and at 207 MB (peak 524 MB) with both. A
+/// call took ~20 ms.
 pub fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim takes the allocator's own locks; any thread may
