@@ -2,7 +2,8 @@
 //! buckets with ticks generated as they are sent, so the process's memory
 //! is the server's, not pre-built bodies'.
 //!
-//! Phase 1 runs for a fixed time on 20 000 tokens and measures sustained
+//! Phase 1 runs for a fixed time (`HINDSIGHT_BENCH_LIVE_SECS`, 60 s) on
+//! 20 000 tokens (`HINDSIGHT_BENCH_LIVE_TOKENS`) and measures sustained
 //! events/s (acknowledged and durable), the backlog left when the clients
 //! stop and its drain, ack → visible latency sampled during the run, and
 //! RSS sampled every 100 ms. Phase 2 streams a fixed number of ticks
@@ -34,17 +35,20 @@ const BATCH: u64 = 10_000;
 const PER_EVENT_SECOND: u64 = 1_000;
 
 pub fn run(quick: bool) -> anyhow::Result<()> {
-    let ticks = match std::env::var("HINDSIGHT_BENCH_LIVE_TICKS") {
-        Ok(v) => v
-            .replace('_', "")
-            .parse()
-            .map_err(|e| anyhow::anyhow!("HINDSIGHT_BENCH_LIVE_TICKS={v:?}: {e}"))?,
-        Err(_) if quick => 2_000_000,
-        Err(_) => 100_000_000,
-    };
+    let ticks = setting(
+        "HINDSIGHT_BENCH_LIVE_TICKS",
+        if quick { 2_000_000 } else { 100_000_000 },
+    )?;
+    // Phase 1's shape can be changed, to compare builds on a shorter run.
     let sustained = Phase {
-        tokens: if quick { 2_000 } else { 20_000 },
-        end: End::After(Duration::from_secs(if quick { 10 } else { 60 })),
+        tokens: setting(
+            "HINDSIGHT_BENCH_LIVE_TOKENS",
+            if quick { 2_000 } else { 20_000 },
+        )? as usize,
+        end: End::After(Duration::from_secs(setting(
+            "HINDSIGHT_BENCH_LIVE_SECS",
+            if quick { 10 } else { 60 },
+        )?)),
     };
     let stream = Phase {
         tokens: 100_000,
@@ -57,6 +61,17 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
             sustained.run().await?;
             stream.run().await
         })
+}
+
+/// A number from the environment (`_` allowed between digits), or `default`.
+fn setting(name: &str, default: u64) -> anyhow::Result<u64> {
+    match std::env::var(name) {
+        Ok(v) => v
+            .replace('_', "")
+            .parse()
+            .map_err(|e| anyhow::anyhow!("{name}={v:?}: {e}")),
+        Err(_) => Ok(default),
+    }
 }
 
 /// When a phase's clients stop sending.

@@ -7,8 +7,9 @@
 //!   buckets, the delay from ingest acknowledgement to visibility in `/v1`
 //!   (p50/p99), and peak RSS;
 //! - `live`: the live path on a long-tail shape, with bodies generated
-//!   as they are sent: 60 s of HTTP ingest → durable buckets on 20 000
-//!   tokens (events/s acknowledged and durable, the backlog and its drain,
+//!   as they are sent: 60 s (`HINDSIGHT_BENCH_LIVE_SECS`) of HTTP ingest →
+//!   durable buckets on 20 000 tokens (`HINDSIGHT_BENCH_LIVE_TOKENS`)
+//!   (events/s acknowledged and durable, the backlog and its drain,
 //!   ack → visible p50/p99, RSS every 100 ms), then
 //!   `HINDSIGHT_BENCH_LIVE_TICKS` ticks (default 100 M; 2 M with `--quick`)
 //!   over 100 000 tokens with RSS printed at every 10 %; fails unless the
