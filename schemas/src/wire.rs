@@ -14,6 +14,8 @@ use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use std::fmt;
 
+mod flat;
+
 /// Why a line was refused, as far as an operator can count it. The label
 /// is the `reason` of the ingest reject metric, so dashboards and alerts
 /// can group by it; the human text stays in [`Reject`].
@@ -394,10 +396,15 @@ pub fn unix_seconds(secs: f64) -> Result<Timestamp, String> {
 /// how far in the future timestamps may lie; it is passed in, not read
 /// here, so that callers (and tests) decide what "now" is.
 pub fn parse_line_with(line: &str, now: Timestamp, limits: &Limits) -> Result<Event, Reject> {
-    let mut wire: WireLine = match serde_json::from_str(line) {
-        Ok(w) => w,
-        Err(_) => return Err(explain_json_error(line)),
-    };
+    let mut wire = WireLine::default();
+    if flat::scan(line, &mut wire).is_none() {
+        wire = read_with_serde(line)?;
+    }
+    validate(wire, now, limits)
+}
+
+/// The event a line's fields make, or why they make none.
+fn validate(mut wire: WireLine, now: Timestamp, limits: &Limits) -> Result<Event, Reject> {
     let Some(Text(kind_text)) = &wire.kind else {
         return Err(Reject::new(
             RejectKind::MissingField,
@@ -533,7 +540,13 @@ pub fn parse_line_with(line: &str, now: Timestamp, limits: &Limits) -> Result<Ev
     Ok(event)
 }
 
-/// Re-parses a line that failed the fast path, tracking the field path so
+/// Reads a line [`flat::scan`] declined: any JSON the format allows, and
+/// the explanation of any it does not.
+fn read_with_serde(line: &str) -> Result<WireLine<'_>, Reject> {
+    serde_json::from_str(line).map_err(|_| explain_json_error(line))
+}
+
+/// Re-parses a line `serde_json` refused, tracking the field path so
 /// the reject names the field (`field `p`: invalid type: string "x" …`).
 fn explain_json_error(line: &str) -> Reject {
     // Valid JSON that is not an object: say so, rather than serde's
