@@ -59,10 +59,10 @@ fn market(i: usize) -> Event {
 /// 100 000 markets; 400 minutes of ticks and books for market 0.
 async fn seed(app: &Embedded, markets: usize) -> anyhow::Result<()> {
     for chunk in (0..markets).collect::<Vec<_>>().chunks(20_000) {
-        let events = chunk.iter().map(|&i| market(i)).collect();
+        let events: Vec<_> = chunk.iter().map(|&i| market(i)).collect();
         app.log
             .append(AppendBatch {
-                events,
+                events: events.into(),
                 idempotency: None,
             })
             .await?;
@@ -103,7 +103,7 @@ pub async fn project_with_key(app: &Embedded, events: Vec<Event>) -> anyhow::Res
     for chunk in events.chunks(20_000) {
         app.log
             .append(AppendBatch {
-                events: chunk.into(),
+                events: chunk.to_vec().into(),
                 idempotency: None,
             })
             .await?;

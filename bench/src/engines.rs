@@ -186,7 +186,7 @@ async fn project(
     let total = events.len();
     for chunk in events.chunks(20_000) {
         log.append(AppendBatch {
-            events: chunk.into(),
+            events: chunk.to_vec().into(),
             idempotency: None,
         })
         .await?;

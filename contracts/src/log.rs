@@ -27,10 +27,12 @@ pub struct Delivered {
 
 /// A batch to append, with an optional idempotency key. Its events are
 /// shared: a caller that may have to append them again (a backfill told
-/// `Busy`) keeps them without copying every event's strings.
+/// `Busy`) keeps them without copying every event's strings. They are
+/// the `Vec` validation filled, shared as it is: an `Arc<[Event]>` would
+/// copy every event into a new allocation once more.
 #[derive(Debug, Default)]
 pub struct AppendBatch {
-    pub events: Arc<[Event]>,
+    pub events: Arc<Vec<Event>>,
     pub idempotency: Option<Idempotency>,
 }
 

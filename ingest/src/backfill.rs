@@ -187,7 +187,7 @@ struct Reading<'a, 'b> {
 
 /// A validated chunk, ready to append under its idempotency key.
 struct Chunk {
-    events: Arc<[hindsight_schemas::Event]>,
+    events: Arc<Vec<hindsight_schemas::Event>>,
     idempotency: Idempotency,
     counts: batch::KindCounts,
     first_line: u64,

@@ -58,7 +58,15 @@ pub fn validate(
         Some(rest) if first_line == 1 => rest,
         _ => body,
     };
-    let mut out = Validated::default();
+    // As many events as lines, at most: filled without growing. No line
+    // of an event is shorter than `kind` and its value alone, so a body of
+    // blank lines does not reserve room for millions.
+    let lines = body.iter().filter(|b| **b == b'\n').count() + 1;
+    let room = lines.min(body.len() / r#"{"kind":"price"}"#.len() + 1);
+    let mut out = Validated {
+        events: Vec::with_capacity(room),
+        ..Validated::default()
+    };
     for (i, line) in body.split(|b| *b == b'\n').enumerate() {
         let parsed = match std::str::from_utf8(line) {
             Ok(text) if text.trim().is_empty() => continue,

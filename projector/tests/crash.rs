@@ -107,7 +107,7 @@ async fn feed(log: &dyn EventLog, events: &[Event]) -> usize {
     let mut failures = 0;
     for (i, chunk) in events.chunks(BATCH).enumerate() {
         let batch = || AppendBatch {
-            events: chunk.into(),
+            events: chunk.to_vec().into(),
             idempotency: Some(Idempotency::for_body(
                 format!("batch-{i}"),
                 format!("{chunk:?}").as_bytes(),

@@ -416,7 +416,7 @@ async fn log_of(dir: &Path, events: &[Event], appends: &[usize]) -> Arc<SqliteLo
         let n = sizes.next().unwrap_or(rest.len()).clamp(1, rest.len());
         let (batch, tail) = rest.split_at(n);
         log.append(AppendBatch {
-            events: batch.into(),
+            events: batch.to_vec().into(),
             idempotency: None,
         })
         .await

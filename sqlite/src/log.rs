@@ -443,9 +443,9 @@ mod tests {
                         p: 0.5,
                     })
                 })
-                .collect();
+                .collect::<Vec<_>>();
             log.append(AppendBatch {
-                events,
+                events: events.into(),
                 idempotency: None,
             })
             .await

@@ -125,9 +125,9 @@ async fn a_projector_dying_between_rows_and_position_neither_loses_nor_double_co
                     p: (i % 10) as f64 / 10.0,
                 })
             })
-            .collect();
+            .collect::<Vec<_>>();
         log.append(AppendBatch {
-            events,
+            events: events.into(),
             idempotency: None,
         })
         .await

@@ -300,7 +300,7 @@ pub async fn log_commit_then_reopen_resumes_after_committed(
 
 fn keyed(key: &str, body: u8, events: &[Event], response: &[u8]) -> AppendBatch {
     AppendBatch {
-        events: events.into(),
+        events: events.to_vec().into(),
         idempotency: Some(Idempotency {
             key: key.to_string(),
             body_sha256: [body; 32],
