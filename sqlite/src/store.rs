@@ -1202,7 +1202,11 @@ impl<'t> Inserts<'t> {
             t.key.offset as i64,
         );
         match &t.value {
-            TickValue::Price { .. } => unreachable!("apply writes price ticks in blocks"),
+            TickValue::Price { .. } => {
+                return Err(Error::Corrupt(
+                    "a price tick among the ticks written one by one: they go in blocks".into(),
+                ))
+            }
             TickValue::Book { bids, asks } => {
                 self.get(Insert::BookTick)?
                     .execute(params![sid, ts, part, off, bids, asks])?;
