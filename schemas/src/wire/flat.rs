@@ -360,6 +360,55 @@ mod tests {
         );
     }
 
+    /// Numbers at the edges of how `serde_json` reads them (integers as
+    /// integers, the sign of zero, past `u64`, past `f64`, below its
+    /// least), in each number field of a price line the fast path takes.
+    #[test]
+    fn edge_numbers_read_as_serde_does() {
+        let limits = Limits::default();
+        let numbers = [
+            "-0",
+            "0",
+            "-0.0",
+            "0e5",
+            "-0e-5",
+            "1",
+            "1.0",
+            "1e0",
+            "0.5e1",
+            "1E400",
+            "1e-400",
+            "-1e-400",
+            "4.9e-324",
+            "2.5e-324",
+            "18446744073709551615",
+            "18446744073709551616",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "1756771199",
+            "1756771199.9999999",
+            "1.756771199e9",
+            "0.1",
+            "0.30000000000000004",
+            "0.999999999999999999999",
+        ];
+        for n in numbers {
+            for line in [
+                format!(
+                    r#"{{"kind":"price","market_id":"m","token_id":"t","ts":1756771199,"p":{n}}}"#
+                ),
+                format!(r#"{{"kind":"price","market_id":"m","token_id":"t","ts":{n},"p":0.5}}"#),
+                format!(
+                    r#"{{"kind":"metrics","market_id":"m","ts":1756771199,"volume":{n},"liquidity":{n},"spread":{n}}}"#
+                ),
+            ] {
+                let either = parse_line_with(&line, NOW, &limits);
+                let serde = read_with_serde(&line).and_then(|w| validate(w, NOW, &limits));
+                assert_eq!(format!("{either:?}"), format!("{serde:?}"), "{line}");
+            }
+        }
+    }
+
     #[test]
     fn ticks_as_pipelines_send_them_take_the_fast_path() {
         for line in [
