@@ -118,6 +118,9 @@ pub struct Rollup {
     batch_slots: Vec<u32>,
     /// Slots changed since the last drain, each listed once.
     dirty: Vec<u32>,
+    /// Slots of the last drain: the rows of the write that may still be in
+    /// flight, which [`Rollup::forget_rows`] keeps.
+    drained: Vec<u32>,
     /// Per series and resolution, the store's frontier: from this bucket
     /// on, the store holds no row of the series that is not in memory, so
     /// a row missing from memory there is absent and is not loaded.
@@ -395,6 +398,8 @@ impl Rollup {
     /// Rows changed since the last drain, ready to write.
     pub fn drain_dirty(&mut self) -> Vec<Row> {
         let mut rows = Vec::with_capacity(self.dirty.len());
+        self.drained.clear();
+        self.drained.extend_from_slice(&self.dirty);
         for s in self.dirty.drain(..) {
             let slot = &mut self.slots[s as usize];
             slot.dirty = false;
@@ -459,18 +464,74 @@ impl Rollup {
         self.forget_slots();
     }
 
-    /// Forgets the rows in memory, every one of them written to the store
-    /// (when memory grows past its bound); they are loaded again when next
-    /// touched. A known frontier moves past each forgotten row, which the
-    /// store now holds: rows at or past the frontier were all in memory.
-    /// (`UNKNOWN` stays.) The series stay, with what is known of them.
-    pub fn forget_rows(&mut self) {
-        for slot in &self.slots {
-            let frontier = &mut self.frontier[slot.series as usize][slot.res.index()];
-            *frontier = (*frontier).max(slot.bucket + 1);
+    /// Forgets rows in memory (when memory grows past its bound), except:
+    /// - the rows of the last drain, which may be in the write still in
+    ///   flight: no row may be loaded from the store before its last write
+    ///   lands. Keeping them, rather than waiting for that write, spares
+    ///   the writer idling through the next poll and fold (on a live drain,
+    ///   every third step);
+    /// - each series' last bucket at each resolution, its open row, which
+    ///   the next events most likely fold into — unless, with the first
+    ///   kind, they would be more than `bound` rows (a hundred thousand
+    ///   series' open rows alone can be): memory is what the bound is for.
+    ///
+    /// A forgotten row is durable, and is loaded again when next touched.
+    /// A known frontier moves past each one, since the store holds it: rows
+    /// at or past the frontier were all in memory. (`UNKNOWN` stays.) The
+    /// series stay, with what is known of them.
+    pub fn forget_rows(&mut self, bound: usize) {
+        let mut keep = vec![false; self.slots.len()];
+        for &s in self.drained.iter().chain(&self.dirty) {
+            keep[s as usize] = true;
         }
-        self.cursors.fill([NO_CURSOR; NRES]);
-        self.forget_slots();
+        let open = || self.buckets.iter().flatten().filter_map(|b| b.last());
+        let kept = keep.iter().filter(|k| **k).count();
+        if kept + open().filter(|(_, s)| !keep[*s as usize]).count() <= bound {
+            for &(_, s) in open() {
+                keep[s as usize] = true;
+            }
+        }
+        // Old slot number -> new, `u32::MAX` for a slot forgotten.
+        let mut renumbered = vec![u32::MAX; self.slots.len()];
+        let mut next = 0u32;
+        let mut i = 0;
+        self.slots.retain(|slot| {
+            let kept = keep[i];
+            if kept {
+                renumbered[i] = next;
+                next += 1;
+            } else {
+                let frontier = &mut self.frontier[slot.series as usize][slot.res.index()];
+                *frontier = (*frontier).max(slot.bucket + 1);
+            }
+            i += 1;
+            kept
+        });
+        for b in self.buckets.iter_mut().flatten() {
+            b.retain_mut(|(_, s)| {
+                *s = renumbered[*s as usize];
+                *s != u32::MAX
+            });
+            // Freed, not only emptied, where most of a series' rows went:
+            // after a bound on memory is reached, a hundred thousand
+            // series' capacity would stay behind.
+            if b.capacity() > 2 * b.len() + 4 {
+                b.shrink_to_fit();
+            }
+        }
+        for c in self.cursors.iter_mut().flatten() {
+            if c.slot != u32::MAX {
+                c.slot = renumbered[c.slot as usize];
+                if c.slot == u32::MAX {
+                    *c = NO_CURSOR;
+                }
+            }
+        }
+        for s in self.drained.iter_mut().chain(self.dirty.iter_mut()) {
+            *s = renumbered[*s as usize];
+        }
+        self.batch_series.clear();
+        self.batch_slots.clear();
     }
 
     /// The store holds no row (it was just reset) and, until [`Rollup::clear`],
@@ -492,6 +553,7 @@ impl Rollup {
         self.batch_series.clear();
         self.batch_slots.clear();
         self.dirty.clear();
+        self.drained.clear();
     }
 }
 
@@ -734,6 +796,71 @@ mod tests {
             1 + 7,
             "two 1m rows and one row at each coarser resolution"
         );
+    }
+
+    /// Runs `batch` through `rollup` as a step does, its store known
+    /// (empty when first reset, then holding what was drained); returns
+    /// the rows reported missing.
+    fn step(rollup: &mut Rollup, batch: &[Delivered]) -> Vec<(String, Resolution, i64)> {
+        assert!(rollup.series_of(batch).is_empty(), "the store is known");
+        let missing = rollup.missing(batch);
+        rollup.apply(batch);
+        rollup.drain_dirty();
+        missing
+            .iter()
+            .map(|k| (k.id.to_string(), k.res, k.bucket.0 - T0))
+            .collect()
+    }
+
+    /// Forgetting keeps the rows of the last drain (the write that may be
+    /// in flight) and, within its bound, each series' open bucket at each
+    /// resolution; a row it dropped is reported missing when touched
+    /// again, so it is loaded from the store, and no other is.
+    #[test]
+    fn forgetting_keeps_the_write_in_flight_and_the_open_buckets() {
+        let minute = 60_000;
+        let (open, all) = (NRES, NRES + 2);
+        for (bound, kept) in [(usize::MAX, 2 * open), (2 * open - 1, open)] {
+            let mut rollup = Rollup::new();
+            rollup.store_emptied();
+            // Durable: "a" in three minutes; in flight: "b" in one.
+            step(
+                &mut rollup,
+                &[
+                    tick(0, "a", 0, 0.1),
+                    tick(1, "a", minute, 0.2),
+                    tick(2, "a", 2 * minute, 0.3),
+                ],
+            );
+            step(&mut rollup, &[tick(3, "b", 0, 0.4)]);
+            assert_eq!(rollup.len(), all + open);
+            rollup.forget_rows(bound);
+            assert_eq!(rollup.len(), kept, "bound {bound}");
+            // Past the bound, a's open rows went too: each is loaded back.
+            let loaded_back: Vec<_> = match kept == 2 * open {
+                true => Vec::new(),
+                false => Resolution::ALL
+                    .into_iter()
+                    .map(|r| {
+                        let bucket = if r == Resolution::M1 { 2 * minute } else { 0 };
+                        ("a".to_string(), r, bucket)
+                    })
+                    .collect(),
+            };
+            assert_eq!(
+                step(
+                    &mut rollup,
+                    &[tick(5, "a", 2 * minute + 1, 0.6), tick(6, "b", 1_000, 0.7)]
+                ),
+                loaded_back,
+                "bound {bound}: rows kept are not loaded"
+            );
+            assert_eq!(
+                step(&mut rollup, &[tick(7, "a", 0, 0.5)]),
+                [("a".to_string(), Resolution::M1, 0)],
+                "bound {bound}: a forgotten row is loaded back"
+            );
+        }
     }
 
     #[test]

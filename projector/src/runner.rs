@@ -125,7 +125,7 @@ pub struct Projector {
 ///   write is durable;
 /// - a row the next segment loads from the store is never in the write in
 ///   flight: every row written stays in the rollup until it is forgotten,
-///   and forgetting waits for the write first;
+///   and forgetting keeps the rows of the last drain, the write in flight's;
 /// - the token owners the next segment looks up are read after the write
 ///   in flight is durable when that write holds catalog records;
 /// - a failed write fails the segment that awaits it: the projector then
@@ -337,9 +337,10 @@ impl Projector {
             stats += self.next_segment(consumer, &mut rest, &consumed).await?;
         }
         if self.rollup.len() > self.config.max_cached_rows {
-            // Forgetting waits for the write in flight (see `InFlight`).
-            self.settle(consumer).await?;
-            self.rollup.forget_rows();
+            // Without waiting for the write in flight: its rows stay (see
+            // `InFlight`). The owners are read again, after that write
+            // when it holds catalog records (see `next_segment`).
+            self.rollup.forget_rows(self.config.max_cached_rows);
             self.owners.clear();
         }
         Ok(stats)
