@@ -4,13 +4,14 @@
 //! store's positions, and a write of the old owner landing after the new
 //! owner's would set rows and positions back.
 
+mod common;
+
 use async_trait::async_trait;
 use hindsight_contracts::{
     AppendBatch, Applied, ConsumerSource, Delivered, EventLog, Frontiers, LogConsumer, Position,
     ProjectionStore, ProjectionWrite, Result, Row, RowKey, Series, TokenRef,
 };
 use hindsight_projector::{Projector, ProjectorConfig};
-use hindsight_schemas::{Event, PriceTick, Timestamp};
 use hindsight_sqlite::{EmbeddedSource, SqliteLog, SqliteStore};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -112,16 +113,7 @@ impl ConsumerSource for Source {
 async fn a_reassigning_consumer_is_polled_only_with_no_write_in_flight() {
     let dir = tempfile::tempdir().unwrap();
     let log = Arc::new(SqliteLog::open(dir.path()).unwrap());
-    let events: Vec<Event> = (0..1_000)
-        .map(|i| {
-            Event::Price(PriceTick {
-                market_id: "m".into(),
-                token_id: format!("t{}", i % 7),
-                ts: Timestamp(1_756_684_800_000 + i * 1_000),
-                p: 0.5,
-            })
-        })
-        .collect();
+    let events = common::ticks(0, 1_000, 7);
     log.append(AppendBatch {
         events: events.into(),
         idempotency: None,

@@ -2,9 +2,11 @@
 //! caught up after a backlog grew its steps, and not after steps that
 //! kept up.
 
+mod common;
+
 use hindsight_contracts::{AppendBatch, EventLog, ProjectionStore};
 use hindsight_projector::{Projector, ProjectorConfig};
-use hindsight_schemas::{Event, PriceTick, Timestamp};
+use hindsight_schemas::Event;
 use hindsight_sqlite::{EmbeddedSource, SqliteLog, SqliteStore};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -14,19 +16,6 @@ static RELEASED: AtomicUsize = AtomicUsize::new(0);
 
 fn count_release() {
     RELEASED.fetch_add(1, Ordering::SeqCst);
-}
-
-fn ticks(from: i64, n: i64) -> Vec<Event> {
-    (from..from + n)
-        .map(|i| {
-            Event::Price(PriceTick {
-                market_id: "m".into(),
-                token_id: format!("t{}", i % 3),
-                ts: Timestamp(1_756_684_800_000 + i * 1_000),
-                p: 0.5,
-            })
-        })
-        .collect()
 }
 
 async fn append(log: &SqliteLog, events: Vec<Event>) {
@@ -57,7 +46,7 @@ async fn free_memory_is_released_once_a_backlog_is_drained() {
     let log = Arc::new(SqliteLog::open(dir.path()).unwrap());
     let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
     // A backlog: 500 events, polled 10, 20, 40, … at a time.
-    append(&log, ticks(0, 500)).await;
+    append(&log, common::ticks(0, 500, 3)).await;
     let source = Arc::new(EmbeddedSource {
         log: log.clone(),
         store: store.clone(),
@@ -82,13 +71,13 @@ async fn free_memory_is_released_once_a_backlog_is_drained() {
     }
     // Steps that keep up (polls of fewer than `batch_max`) release nothing.
     for from in [500, 505, 510] {
-        append(&log, ticks(from, 5)).await;
+        append(&log, common::ticks(from, 5, 3)).await;
         committed(&store, from as u64 + 4).await;
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert_eq!(RELEASED.load(Ordering::SeqCst), 1, "released once");
     // A second backlog, a second release.
-    append(&log, ticks(515, 100)).await;
+    append(&log, common::ticks(515, 100, 3)).await;
     committed(&store, 614).await;
     let deadline = Instant::now() + Duration::from_secs(20);
     while RELEASED.load(Ordering::SeqCst) < 2 {

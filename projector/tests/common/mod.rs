@@ -1,10 +1,29 @@
-//! What the projector's integration tests share: every row a log can touch,
-//! and a snapshot of the read tables to compare projections by.
+//! What the projector's integration tests share: price ticks to append, every
+//! row a log can touch, and a snapshot of the read tables to compare
+//! projections by.
+
+// Each test crate includes this module and uses part of it.
+#![allow(dead_code)]
 
 use hindsight_contracts::{Position, ProjectionStore, ReadStore, Row, RowKey, Table};
-use hindsight_schemas::{Event, MarketRecord, Resolution};
+use hindsight_schemas::{Event, MarketRecord, PriceTick, Resolution, Timestamp};
 use hindsight_sqlite::SqliteStore;
 use std::collections::BTreeSet;
+
+/// Price ticks number `from` to `from + n - 1` of market `m`: one a second
+/// from 2025-09-01, tick `i` on token `t{i % tokens}`.
+pub fn ticks(from: i64, n: i64, tokens: i64) -> Vec<Event> {
+    (from..from + n)
+        .map(|i| {
+            Event::Price(PriceTick {
+                market_id: "m".into(),
+                token_id: format!("t{}", i % tokens),
+                ts: Timestamp(1_756_684_800_000 + i * 1_000),
+                p: 0.5,
+            })
+        })
+        .collect()
+}
 
 /// The bucket row an event feeds at `res`, if it feeds one.
 pub fn row_key(event: &Event, res: Resolution) -> Option<RowKey> {
