@@ -837,15 +837,16 @@ mod tests {
             rollup.forget_rows(bound);
             assert_eq!(rollup.len(), kept, "bound {bound}");
             // Past the bound, a's open rows went too: each is loaded back.
-            let loaded_back: Vec<_> = match kept == 2 * open {
-                true => Vec::new(),
-                false => Resolution::ALL
+            let loaded_back: Vec<_> = if kept == 2 * open {
+                Vec::new()
+            } else {
+                Resolution::ALL
                     .into_iter()
                     .map(|r| {
                         let bucket = if r == Resolution::M1 { 2 * minute } else { 0 };
                         ("a".to_string(), r, bucket)
                     })
-                    .collect(),
+                    .collect()
             };
             assert_eq!(
                 step(
