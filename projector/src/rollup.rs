@@ -461,7 +461,11 @@ impl Rollup {
         self.unasked.clear();
         self.asking.clear();
         self.store_known = false;
-        self.forget_slots();
+        self.slots.clear();
+        self.batch_series.clear();
+        self.batch_slots.clear();
+        self.dirty.clear();
+        self.drained.clear();
     }
 
     /// Forgets rows in memory (when memory grows past its bound), except:
@@ -540,20 +544,6 @@ impl Rollup {
     pub fn store_emptied(&mut self) {
         self.clear();
         self.store_known = true;
-    }
-
-    fn forget_slots(&mut self) {
-        // Freed, not only emptied: after a bound on memory is reached, a
-        // hundred thousand series' capacity would stay behind.
-        self.buckets
-            .iter_mut()
-            .flatten()
-            .for_each(|b| *b = Vec::new());
-        self.slots.clear();
-        self.batch_series.clear();
-        self.batch_slots.clear();
-        self.dirty.clear();
-        self.drained.clear();
     }
 }
 
