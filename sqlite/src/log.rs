@@ -78,15 +78,56 @@ impl Codec {
         }
     }
 
-    /// The envelopes of a stored payload.
-    fn expand<'a>(self, first: u64, stored: &'a [u8]) -> Result<std::borrow::Cow<'a, [u8]>> {
+    /// Calls `f` with the envelopes of a stored payload.
+    fn expand<R>(self, first: u64, stored: &[u8], f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
         match self {
-            Codec::Raw => Ok(stored.into()),
-            Codec::Zstd => zstd::stream::decode_all(stored)
-                .map(Into::into)
-                .map_err(|e| Error::Corrupt(format!("log batch at {first}: {e}"))),
+            Codec::Raw => f(stored),
+            Codec::Zstd => INFLATE.with_borrow_mut(|(zstd, buf)| {
+                let corrupt = |e: &dyn std::fmt::Display| {
+                    Error::Corrupt(format!("log batch at {first}: {e}"))
+                };
+                buf.clear();
+                // Every frame this log wrote says its size
+                // (`bulk::compress`); one that does not is streamed.
+                match zstd::zstd_safe::get_frame_content_size(stored) {
+                    Ok(Some(size)) if size <= u32::MAX as u64 => {
+                        buf.reserve(size as usize);
+                        zstd.decompress_to_buffer(stored, buf)
+                            .map_err(|e| corrupt(&e))?;
+                    }
+                    _ => zstd::stream::copy_decode(stored, &mut *buf).map_err(|e| corrupt(&e))?,
+                }
+                let out = f(buf);
+                if buf.capacity() > KEEP_INFLATED {
+                    *buf = Vec::new();
+                }
+                out
+            }),
         }
     }
+}
+
+/// The most of its inflate buffer a thread keeps between batches: a batch
+/// of 20 000 long-tail events inflates to ~1.5 MB, and one outsized batch
+/// should not stay in memory.
+const KEEP_INFLATED: usize = 8 << 20;
+
+thread_local! {
+    /// A thread's zstd contexts and the buffer it inflates batches into.
+    /// Made afresh for each batch (`bulk::compress`, `stream::decode_all`),
+    /// each was a context of ~100 KB to allocate and set up, and a buffer
+    /// grown by doubling to the batch's size: fresh memory the kernel
+    /// zeroed on every step, the largest share of a dense `backfill
+    /// --project`'s page faults.
+    static COMPRESSOR: std::cell::RefCell<zstd::bulk::Compressor<'static>> =
+        std::cell::RefCell::new(
+            zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("a zstd context at level 3"),
+        );
+    static INFLATE: std::cell::RefCell<(zstd::bulk::Decompressor<'static>, Vec<u8>)> =
+        std::cell::RefCell::new((
+            zstd::bulk::Decompressor::new().expect("a zstd context"),
+            Vec::new(),
+        ));
 }
 
 /// Brings an existing `log.db` to the current schema, each step in place:
@@ -200,7 +241,8 @@ impl EventLog for SqliteLog {
             }
             // Compressed before the write lock is taken: appends of other
             // requests wait only for the insert and the fsync.
-            let payload = zstd::bulk::compress(&payload, ZSTD_LEVEL)
+            let payload = COMPRESSOR
+                .with_borrow_mut(|c| c.compress(&payload))
                 .map_err(|e| Error::Io(format!("compressing a log batch: {e}")))?;
             let now = Timestamp::now().millis();
             let mut conn = conn.lock().unwrap();
@@ -293,7 +335,9 @@ impl SqliteConsumer {
                 .get_ref(3)?
                 .as_blob()
                 .map_err(|e| Error::Corrupt(e.to_string()))?;
-            decode_batch(first, count, &codec.expand(first, stored)?, from, out)?;
+            codec.expand(first, stored, |payload| {
+                decode_batch(first, count, payload, from, out)
+            })?;
             if out.len() >= max {
                 break;
             }
@@ -467,5 +511,75 @@ mod tests {
             sizes.push(got.len());
         }
         assert_eq!(sizes, [150, 150, 150, 50]);
+    }
+
+    /// Every payload a batch row may hold reads back as its events: a
+    /// frame this log wrote (which says its size, inflated into the
+    /// thread's buffer), a frame that does not say it (streamed), and a
+    /// row written before compression. A frame that does not inflate is
+    /// `Corrupt`, naming the batch.
+    #[tokio::test]
+    async fn every_stored_payload_reads_back_and_a_broken_frame_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = SqliteLog::open(dir.path()).unwrap();
+        let tick = |i: i64| {
+            Event::Price(PriceTick {
+                market_id: "m".into(),
+                token_id: format!("t{i}"),
+                ts: Timestamp(1_756_684_800_000 + i),
+                p: 0.5,
+            })
+        };
+        log.append(AppendBatch {
+            events: (0..3).map(tick).collect::<Vec<_>>().into(),
+            idempotency: None,
+        })
+        .await
+        .unwrap();
+        let envelopes = |events: std::ops::Range<i64>| {
+            let mut out = Vec::new();
+            for i in events {
+                let bytes = codec::encode(&tick(i));
+                out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
+                out.extend_from_slice(&bytes);
+            }
+            out
+        };
+        let unsized_frame = {
+            let mut encoder = zstd::stream::Encoder::new(Vec::new(), 3).unwrap();
+            std::io::Write::write_all(&mut encoder, &envelopes(3..6)).unwrap();
+            encoder.finish().unwrap()
+        };
+        assert_eq!(
+            zstd::zstd_safe::get_frame_content_size(&unsized_frame).unwrap(),
+            None,
+            "the streamed frame leaves its size out"
+        );
+        {
+            let conn = log.writer.lock().unwrap();
+            let row = "INSERT INTO log_batches (first_offset, count, appended_at, payload, codec) VALUES (?1, 3, 0, ?2, ?3)";
+            conn.execute(row, params![3, unsized_frame, Codec::Zstd as i64])
+                .unwrap();
+            conn.execute(row, params![6, envelopes(6..9), Codec::Raw as i64])
+                .unwrap();
+        }
+        let mut consumer = log.consumer(0).unwrap();
+        let got = consumer.poll(100, Duration::from_millis(1)).await.unwrap();
+        let events: Vec<Event> = got.into_iter().map(|d| d.event).collect();
+        assert_eq!(events, (0..9).map(tick).collect::<Vec<_>>());
+
+        {
+            let conn = log.writer.lock().unwrap();
+            conn.execute(
+                "INSERT INTO log_batches (first_offset, count, appended_at, payload, codec) VALUES (9, 1, 0, ?1, ?2)",
+                params![b"\x28\xb5\x2f\xfd not a frame".to_vec(), Codec::Zstd as i64],
+            )
+            .unwrap();
+        }
+        let err = consumer
+            .poll(100, Duration::from_millis(1))
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("log batch at 9"), "{err}");
     }
 }
