@@ -107,22 +107,24 @@ impl Codec {
     }
 }
 
-/// The most of its inflate buffer a thread keeps between batches: a batch
-/// of 20 000 long-tail events inflates to ~1.5 MB, and one outsized batch
-/// should not stay in memory.
+/// The most of its envelope buffers a thread keeps between batches: a
+/// batch of 20 000 long-tail events is ~1.5 MB of envelopes, and one
+/// outsized batch should not stay in memory.
 const KEEP_INFLATED: usize = 8 << 20;
 
 thread_local! {
-    /// A thread's zstd contexts and the buffer it inflates batches into.
+    /// A thread's zstd contexts and the buffers it writes a batch's
+    /// envelopes into before compressing them, and inflates them into.
     /// Made afresh for each batch (`bulk::compress`, `stream::decode_all`),
     /// each was a context of ~100 KB to allocate and set up, and a buffer
     /// grown by doubling to the batch's size: fresh memory the kernel
     /// zeroed on every step, the largest share of a dense `backfill
     /// --project`'s page faults.
-    static COMPRESSOR: std::cell::RefCell<zstd::bulk::Compressor<'static>> =
-        std::cell::RefCell::new(
+    static COMPRESSOR: std::cell::RefCell<(zstd::bulk::Compressor<'static>, Vec<u8>)> =
+        std::cell::RefCell::new((
             zstd::bulk::Compressor::new(ZSTD_LEVEL).expect("a zstd context at level 3"),
-        );
+            Vec::new(),
+        ));
     static INFLATE: std::cell::RefCell<(zstd::bulk::Decompressor<'static>, Vec<u8>)> =
         std::cell::RefCell::new((
             zstd::bulk::Decompressor::new().expect("a zstd context"),
@@ -230,18 +232,24 @@ impl EventLog for SqliteLog {
         let conn = self.writer.clone();
         let started = Instant::now();
         let (outcome, head) = blocking(move || {
-            let mut payload = Vec::with_capacity(batch.events.len() * 64);
-            let mut scratch = Vec::with_capacity(256);
-            for event in batch.events.iter() {
-                scratch.clear();
-                codec::encode_into(event, &mut scratch);
-                payload.extend_from_slice(&(scratch.len() as u32).to_le_bytes());
-                payload.extend_from_slice(&scratch);
-            }
             // Compressed before the write lock is taken: appends of other
             // requests wait only for the insert and the fsync.
             let payload = COMPRESSOR
-                .with_borrow_mut(|c| c.compress(&payload))
+                .with_borrow_mut(|(zstd, envelopes)| {
+                    envelopes.clear();
+                    let mut scratch = Vec::with_capacity(256);
+                    for event in batch.events.iter() {
+                        scratch.clear();
+                        codec::encode_into(event, &mut scratch);
+                        envelopes.extend_from_slice(&(scratch.len() as u32).to_le_bytes());
+                        envelopes.extend_from_slice(&scratch);
+                    }
+                    let frame = zstd.compress(envelopes);
+                    if envelopes.capacity() > KEEP_INFLATED {
+                        *envelopes = Vec::new();
+                    }
+                    frame
+                })
                 .map_err(|e| Error::Io(format!("compressing a log batch: {e}")))?;
             let now = Timestamp::now().millis();
             let mut conn = conn.lock().unwrap();
@@ -404,11 +412,12 @@ impl LogConsumer for SqliteConsumer {
         // from where it stopped.
         //
         // The events are decoded into the buffer handed out, sized once
-        // for what this process has appended: fresh memory on every poll,
-        // grown by doubling it was copied and faulted in again at each size
-        // (a tenth of a dense `backfill --project`'s samples).
-        let appended = (*self.head.borrow()).saturating_sub(self.next);
-        let mut out: Vec<Delivered> = Vec::with_capacity(max.min(appended as usize));
+        // for `max`: it is fresh memory on every poll, and grown by
+        // doubling it was copied and faulted in again at each size (a tenth
+        // of a dense `backfill --project`'s samples). What a poll leaves
+        // unused costs address space, not memory: pages are resident once
+        // written.
+        let mut out: Vec<Delivered> = Vec::with_capacity(max);
         while out.len() < max {
             let conn = self.conn.clone();
             let from = out.last().map_or(self.next, |d| d.position.offset + 1);
