@@ -86,8 +86,8 @@ pub fn tune_malloc() {
 /// backlog stayed near its peak while idle: `hindsight projector` catching
 /// up a backfilled long-tail log of 2 000 000 ticks into an empty store sat
 /// at 417 MB 10 s later (peak 556 MB) before this and the 4 MiB threshold,
-/// and at 207 MB (peak 524 MB) with both (glibc's heap alone then). A call
-/// took ~20 ms.
+/// and at 207 MB (peak 524 MB) with both; a call took ~20 ms (both
+/// measured while Rust's heap was glibc's).
 pub fn release_free_memory() {
     // SAFETY: mi_collect frees what the calling thread's heap holds unused
     // and purges what is due; any thread may call it at any time.
