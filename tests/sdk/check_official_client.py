@@ -135,13 +135,17 @@ def expected_last(snaps, width):
 client = PolymarketDataClient(api_key=KEY, base_url=API, max_retries=0)
 START, END = DAY, DAY + HOURS * 3600
 
-# Wait until everything is projected: the last 1m bucket of the last token.
+# Wait until everything is projected: the bucket of each market's last
+# line. A market's events share one log partition, folded in order, but on
+# Kafka the partitions are projected apart: m-multi's last price says
+# nothing of m-bin, whose last line is its last metrics sample.
 deadline = time.time() + 60
 while True:
     try:
-        last = client.history.get_token_prices("t-c", start_ts=END - 60, end_ts=END, resolution="1m")
+        last_price = client.history.get_token_prices("t-c", start_ts=END - 60, end_ts=END, resolution="1m")
+        last_metrics = client.history.get_market_metrics("m-bin", start_ts=END - 300, end_ts=END, resolution="5m")
         markets = client.discovery.list_markets(limit=1000)
-        if len(last.data) == 1 and len(markets.data) == FILLERS + 2:
+        if len(last_price.data) == 1 and len(last_metrics.data) == 1 and len(markets.data) == FILLERS + 2:
             break
     except NotFoundError:
         pass
