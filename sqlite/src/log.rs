@@ -98,7 +98,7 @@ impl Codec {
                     _ => zstd::stream::copy_decode(stored, &mut *buf).map_err(|e| corrupt(&e))?,
                 }
                 let out = f(buf);
-                if buf.capacity() > KEEP_INFLATED {
+                if buf.capacity() > KEEP_ENVELOPES {
                     *buf = Vec::new();
                 }
                 out
@@ -110,7 +110,7 @@ impl Codec {
 /// The most of its envelope buffers a thread keeps between batches: a
 /// batch of 20 000 long-tail events is ~1.5 MB of envelopes, and one
 /// outsized batch should not stay in memory.
-const KEEP_INFLATED: usize = 8 << 20;
+const KEEP_ENVELOPES: usize = 8 << 20;
 
 thread_local! {
     /// A thread's zstd contexts and the buffers it writes a batch's
@@ -237,15 +237,9 @@ impl EventLog for SqliteLog {
             let payload = COMPRESSOR
                 .with_borrow_mut(|(zstd, envelopes)| {
                     envelopes.clear();
-                    let mut scratch = Vec::with_capacity(256);
-                    for event in batch.events.iter() {
-                        scratch.clear();
-                        codec::encode_into(event, &mut scratch);
-                        envelopes.extend_from_slice(&(scratch.len() as u32).to_le_bytes());
-                        envelopes.extend_from_slice(&scratch);
-                    }
+                    put_envelopes(batch.events.iter(), envelopes);
                     let frame = zstd.compress(envelopes);
-                    if envelopes.capacity() > KEEP_INFLATED {
+                    if envelopes.capacity() > KEEP_ENVELOPES {
                         *envelopes = Vec::new();
                     }
                     frame
@@ -347,6 +341,21 @@ impl SqliteConsumer {
             }
         }
         Ok(out.len() > before)
+    }
+}
+
+/// Appends each event's envelope to `out`, prefixed by its length (u32
+/// LE): a batch row's payload before compression.
+fn put_envelopes<'e>(
+    events: impl Iterator<Item = &'e hindsight_schemas::Event>,
+    out: &mut Vec<u8>,
+) {
+    let mut scratch = Vec::with_capacity(256);
+    for event in events {
+        scratch.clear();
+        codec::encode_into(event, &mut scratch);
+        out.extend_from_slice(&(scratch.len() as u32).to_le_bytes());
+        out.extend_from_slice(&scratch);
     }
 }
 
@@ -552,11 +561,7 @@ mod tests {
         .unwrap();
         let envelopes = |events: std::ops::Range<i64>| {
             let mut out = Vec::new();
-            for i in events {
-                let bytes = codec::encode(&tick(i));
-                out.extend_from_slice(&(bytes.len() as u32).to_le_bytes());
-                out.extend_from_slice(&bytes);
-            }
+            put_envelopes(events.map(tick).collect::<Vec<_>>().iter(), &mut out);
             out
         };
         let unsized_frame = {
