@@ -1,4 +1,4 @@
-//! Price buckets in blocks (store schema 8): a row of `price_bucket_blocks`
+//! Price buckets in blocks (since store schema 8): a row of `price_bucket_blocks`
 //! holds the buckets of one token at one resolution that fall in one
 //! window of [`BLOCK_BUCKETS`] buckets.
 //!

@@ -41,7 +41,13 @@ use std::time::Instant;
 /// `bucketblock::BLOCK_BUCKETS` buckets (`price_bucket_blocks`,
 /// `crate::bucketblock`) instead of a row each; opening an older store
 /// packs its `price_buckets` into blocks (`migrate_v7_price_buckets`).
-pub const SCHEMA_VERSION: i64 = 8;
+/// Version 9 keys `price_bucket_blocks` by time first, `(res, block,
+/// sid)`, with an index by series (`price_bucket_blocks_by_series`): a
+/// live step rewrites the open block of every token it touches, and keyed
+/// by series first those blocks lay one to a page all over the table. An
+/// older store's blocks are copied into the new key order
+/// (`migrate_v8_price_blocks`), byte for byte.
+pub const SCHEMA_VERSION: i64 = 9;
 
 /// The code of a resolution in the bucket tables' `res` column: its width
 /// in minutes. Stored in every bucket row, so stable forever: a new
@@ -78,11 +84,18 @@ CREATE TABLE IF NOT EXISTS series_ids (sid INTEGER PRIMARY KEY, name TEXT NOT NU
 -- `bucketblock`), each with its count, `last_offset` and a value packing
 -- its sum and candle (the open and close ticks, the high and the low;
 -- none in a bucket migrated from before version 5, see `rowcodec`).
+-- Keyed by time first: the blocks a step rewrites, each token's open one
+-- at each resolution, lie side by side in the windows being filled
+-- rather than one to a page across the table. A series' blocks are read
+-- through `price_bucket_blocks_by_series`, named in each such query
+-- (`INDEXED BY`): on `res = ?` the planner would rather scan the key.
 CREATE TABLE IF NOT EXISTS price_bucket_blocks (
     sid INTEGER NOT NULL, res INTEGER NOT NULL, block INTEGER NOT NULL,
     n INTEGER NOT NULL, ticks INTEGER NOT NULL, v BLOB NOT NULL,
-    PRIMARY KEY (sid, res, block)
+    PRIMARY KEY (res, block, sid)
 ) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS price_bucket_blocks_by_series
+    ON price_bucket_blocks (sid, res, block);
 CREATE TABLE IF NOT EXISTS metric_buckets (
     sid INTEGER NOT NULL, res INTEGER NOT NULL, bucket INTEGER NOT NULL,
     volume_sum REAL NOT NULL, liquidity_sum REAL NOT NULL, spread_sum REAL NOT NULL,
@@ -444,6 +457,40 @@ fn migrate_v7_price_buckets(conn: &Connection) -> Result<()> {
     Ok(())
 }
 
+/// Moves a `price_bucket_blocks` keyed by series first (version 8) aside,
+/// as `v8_price_bucket_blocks`, for [`migrate_v8_price_blocks`] to copy
+/// once [`SCHEMA`] created the table keyed by time first. Whether it did.
+fn move_v8_price_blocks(conn: &Connection) -> Result<bool> {
+    let sid_first = conn
+        .prepare_cached(
+            "SELECT 1 FROM pragma_table_info('price_bucket_blocks') WHERE name = 'sid' AND pk = 1",
+        )?
+        .exists([])?;
+    if sid_first {
+        conn.execute_batch("ALTER TABLE price_bucket_blocks RENAME TO v8_price_bucket_blocks")?;
+    }
+    Ok(sid_first)
+}
+
+/// Copies version 8's price blocks into the table keyed by time first, in
+/// its key order, and drops the old table. The blocks are the same bytes:
+/// only their key order changes.
+fn migrate_v8_price_blocks(conn: &Connection) -> Result<()> {
+    let started = Instant::now();
+    let n = conn.execute(
+        "INSERT INTO price_bucket_blocks (sid, res, block, n, ticks, v)
+         SELECT sid, res, block, n, ticks, v FROM v8_price_bucket_blocks ORDER BY res, block, sid",
+        [],
+    )?;
+    conn.execute_batch("DROP TABLE v8_price_bucket_blocks")?;
+    tracing::info!(
+        blocks = n,
+        seconds = started.elapsed().as_secs_f64(),
+        "store.db: price blocks keyed by time first (schema version {SCHEMA_VERSION})"
+    );
+    Ok(())
+}
+
 /// A migrated bucket: its `bucket`, `count`, `last_offset` and `v`.
 type MigratedBucket = (i64, u64, u64, Vec<u8>);
 
@@ -565,11 +612,15 @@ impl SqliteStore {
         // of several processes opening one file the first migrates it.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         let moved = move_old_series_tables(&tx)?;
+        let v8_blocks = move_v8_price_blocks(&tx)?;
         tx.execute_batch(SCHEMA)?;
         migrate_catalog(&tx)?;
         migrate_series_tables(&tx, &moved)?;
         migrate_v6_price_ticks(&tx)?;
         migrate_v7_price_buckets(&tx)?;
+        if v8_blocks {
+            migrate_v8_price_blocks(&tx)?;
+        }
         tx.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
             params![SCHEMA_VERSION.to_string()],
@@ -731,8 +782,8 @@ fn frontier(conn: &Connection, table: Table, sid: i64, res: Resolution) -> Resul
         Table::Prices => {
             let block: Option<(i64, Vec<u8>)> = conn
                 .prepare_cached(
-                    "SELECT block, v FROM price_bucket_blocks WHERE sid = ?1 AND res = ?2
-                     ORDER BY block DESC LIMIT 1",
+                    "SELECT block, v FROM price_bucket_blocks INDEXED BY price_bucket_blocks_by_series
+                     WHERE sid = ?1 AND res = ?2 ORDER BY block DESC LIMIT 1",
                 )?
                 .query_row(k, |r| Ok((r.get(0)?, r.get(1)?)))
                 .optional()?;
@@ -963,8 +1014,12 @@ impl Insert {
     fn sql(self) -> &'static str {
         match self {
             Insert::ReadPriceBlock => READ_PRICE_BLOCK,
+            // An update in place: the index by series changes only for a
+            // new block, where a replace would delete and insert its entry.
             Insert::PriceBlock => {
-                "INSERT OR REPLACE INTO price_bucket_blocks VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+                "INSERT INTO price_bucket_blocks VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                 ON CONFLICT (res, block, sid)
+                 DO UPDATE SET n = excluded.n, ticks = excluded.ticks, v = excluded.v"
             }
             Insert::MetricRow => {
                 "INSERT OR REPLACE INTO metric_buckets VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
@@ -1800,7 +1855,8 @@ fn count_price_ticks(conn: &Connection, id: &str, start: i64, end: i64) -> Resul
 /// The blocks of `id`'s price buckets whose windows overlap `start..end`
 /// at resolution code `res`: the first may start up to a window before
 /// `start`. In key order, so a caller may stop reading at any block.
-const PRICE_BLOCKS_IN_RANGE: &str = "SELECT block, n, v FROM price_bucket_blocks
+const PRICE_BLOCKS_IN_RANGE: &str = "SELECT block, n, v
+     FROM price_bucket_blocks INDEXED BY price_bucket_blocks_by_series
      WHERE sid = (SELECT sid FROM series_ids WHERE name = ?1) AND res = ?2
      AND block > ?3 AND block < ?4 ORDER BY block";
 

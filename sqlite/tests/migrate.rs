@@ -10,7 +10,12 @@
 //!   buckets' candles in columns) answers every read as before under
 //!   version 6's integer ids and packed price values;
 //! - a `store.db` of version 6 (a row per price tick) answers every tick
-//!   read as before from version 7's blocks.
+//!   read as before from version 7's blocks;
+//! - a `store.db` of version 7 (a row per price bucket) answers every
+//!   bucket read as before from version 8's blocks;
+//! - a `store.db` of version 8 (price blocks keyed by series first)
+//!   answers every bucket read as before with version 9's blocks keyed by
+//!   time first, the same bytes.
 
 use hindsight_contracts::{Position, ProjectionStore, ProjectionWrite, ReadStore};
 use hindsight_schemas::{codec, Event, MarketRecord, Timestamp, Token};
@@ -1011,5 +1016,195 @@ async fn a_version_7_store_keeps_its_price_buckets_in_blocks() {
             (1, 1440, day_window, 1, 3),
             (2, 1, t, 1, 1)
         ]
+    );
+}
+
+/// The price rows of the version 8 test: two tokens, blocks at two
+/// resolutions, a bucket without a candle; `step` changes every value.
+fn v8_rows(t: i64, step: u64) -> Vec<hindsight_contracts::Row> {
+    use hindsight_contracts::{Candle, Mark, Row, RowKey, RowValue, Table};
+    use hindsight_schemas::Resolution;
+    let mut rows = Vec::new();
+    for (i, (id, res, at)) in [
+        ("tok-a", Resolution::M1, 0),
+        ("tok-a", Resolution::M1, 1),
+        ("tok-a", Resolution::M1, 40),
+        ("tok-a", Resolution::D1, 0),
+        ("tok-b", Resolution::M1, 3),
+        ("tok-b", Resolution::H1, 20),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let bucket = Timestamp(t + at * res.width_ms());
+        let tick = Mark {
+            ts: bucket,
+            offset: 10 * i as u64 + step,
+            p: 0.25 + i as f64 / 100.0,
+        };
+        rows.push(Row {
+            key: RowKey {
+                table: Table::Prices,
+                id: id.into(),
+                res,
+                bucket,
+            },
+            value: RowValue::Price {
+                sum: tick.p * (1 + step) as f64,
+                count: 1 + step,
+                candle: (i != 3).then_some(Candle::of(tick)),
+            },
+            last_offset: tick.offset,
+        });
+    }
+    rows
+}
+
+/// What the reads of the version 8 test answer: each token's prices and
+/// candles at each resolution written, and counts from two starts.
+async fn v8_reads(store: &SqliteStore, t: i64) -> Vec<String> {
+    use hindsight_contracts::{Range, Table};
+    use hindsight_schemas::Resolution;
+    let range = |res, start: i64| Range {
+        res,
+        start: Timestamp(start),
+        end: Timestamp(t + 30 * 86_400_000),
+        limit: 100,
+    };
+    let mut out = Vec::new();
+    for id in ["tok-a", "tok-b", "tok-c"] {
+        for res in [Resolution::M1, Resolution::H1, Resolution::D1] {
+            out.push(format!(
+                "{:?}",
+                store.prices(id, range(res, t)).await.unwrap()
+            ));
+            out.push(format!(
+                "{:?}",
+                store.candles(id, range(res, t)).await.unwrap()
+            ));
+            for start in [t, t + 1] {
+                let n = store
+                    .count(Table::Prices, id, range(res, start))
+                    .await
+                    .unwrap();
+                out.push(format!("{id} {res:?} from {start}: {n}"));
+            }
+        }
+    }
+    out
+}
+
+/// Every price block of the store at `db`, in series order.
+fn price_blocks(db: &std::path::Path) -> Vec<(i64, i64, i64, i64, i64, Vec<u8>)> {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .prepare("SELECT sid, res, block, n, ticks, v FROM price_bucket_blocks ORDER BY 1, 2, 3")
+        .unwrap()
+        .query_map([], |r| {
+            Ok((
+                r.get(0)?,
+                r.get(1)?,
+                r.get(2)?,
+                r.get(3)?,
+                r.get(4)?,
+                r.get(5)?,
+            ))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// `price_bucket_blocks` as version 8 created it, keyed by series first:
+/// a store written by this version is put back in that layout (the blocks'
+/// bytes are the same in both).
+const TO_V8_PRICE_BLOCKS: &str = "
+CREATE TABLE v8 (
+    sid INTEGER NOT NULL, res INTEGER NOT NULL, block INTEGER NOT NULL,
+    n INTEGER NOT NULL, ticks INTEGER NOT NULL, v BLOB NOT NULL,
+    PRIMARY KEY (sid, res, block)
+) WITHOUT ROWID;
+INSERT INTO v8 SELECT sid, res, block, n, ticks, v FROM price_bucket_blocks;
+DROP TABLE price_bucket_blocks;
+ALTER TABLE v8 RENAME TO price_bucket_blocks;
+UPDATE meta SET value = '8' WHERE key = 'schema_version';
+";
+
+/// A store of version 8 opens under the current version with its price
+/// blocks keyed by time first and found by series through the index: the
+/// same blocks, byte for byte, and every read answers as before; a later
+/// write updates a migrated block in place; opening again changes nothing.
+#[tokio::test]
+async fn a_version_8_store_keeps_its_price_blocks_keyed_by_time_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let t = 1_756_684_800_000;
+    let (reads, blocks) = {
+        let store = SqliteStore::open(dir.path()).unwrap();
+        let rows = v8_rows(t, 0);
+        store
+            .apply(ProjectionWrite {
+                rows,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+        (v8_reads(&store, t).await, price_blocks(&db))
+    };
+    assert_eq!(blocks.len(), 5, "tok-a's 1m rows fill two windows");
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(TO_V8_PRICE_BLOCKS)
+        .unwrap();
+    for round in 0..2 {
+        let store = SqliteStore::open(dir.path()).unwrap();
+        assert_eq!(v8_reads(&store, t).await, reads, "round {round}");
+        assert_eq!(price_blocks(&db), blocks, "round {round}");
+        drop(store);
+        let conn = assert_migrated(&db, "v8_price_bucket_blocks");
+        let key: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_table_info('price_bucket_blocks') WHERE pk > 0 ORDER BY pk")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(key, ["res", "block", "sid"]);
+        let by_series: Vec<String> = conn
+            .prepare("SELECT name FROM pragma_index_info('price_bucket_blocks_by_series') ORDER BY seqno")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(by_series, ["sid", "res", "block"]);
+    }
+    // Every row again, a step later: each migrated block is rewritten.
+    let store = SqliteStore::open(dir.path()).unwrap();
+    store
+        .apply(ProjectionWrite {
+            rows: v8_rows(t, 1),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+    let after = v8_reads(&store, t).await;
+    assert_ne!(after, reads);
+    drop(store);
+    let fresh = tempfile::tempdir().unwrap();
+    let written = SqliteStore::open(fresh.path()).unwrap();
+    for step in [0, 1] {
+        written
+            .apply(ProjectionWrite {
+                rows: v8_rows(t, step),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+    assert_eq!(v8_reads(&written, t).await, after);
+    assert_eq!(
+        price_blocks(&db),
+        price_blocks(&fresh.path().join("store.db"))
     );
 }
