@@ -698,14 +698,18 @@ async fn a_version_5_store_keeps_every_series_row_under_integer_ids() {
         )
         .unwrap();
     assert_eq!(left, 0, "no table of the old layout is left");
-    let names: Vec<String> = conn
-        .prepare("SELECT name FROM series_ids ORDER BY name")
+    let series = names(&conn, "SELECT name FROM series_ids ORDER BY name");
+    assert_eq!(series, ["mkt", "tok-a", "tok-b"]);
+}
+
+/// The one text column `sql` selects, row by row.
+fn names(conn: &rusqlite::Connection, sql: &str) -> Vec<String> {
+    conn.prepare(sql)
         .unwrap()
         .query_map([], |r| r.get(0))
         .unwrap()
         .collect::<Result<_, _>>()
-        .unwrap();
-    assert_eq!(names, ["mkt", "tok-a", "tok-b"]);
+        .unwrap()
 }
 
 /// A data directory whose `store.db` holds what `sql` writes: a store as
@@ -1162,21 +1166,15 @@ async fn a_version_8_store_keeps_its_price_blocks_keyed_by_time_first() {
         assert_eq!(price_blocks(&db), blocks, "round {round}");
         drop(store);
         let conn = assert_migrated(&db, "v8_price_bucket_blocks");
-        let key: Vec<String> = conn
-            .prepare("SELECT name FROM pragma_table_info('price_bucket_blocks') WHERE pk > 0 ORDER BY pk")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let key = names(
+            &conn,
+            "SELECT name FROM pragma_table_info('price_bucket_blocks') WHERE pk > 0 ORDER BY pk",
+        );
         assert_eq!(key, ["res", "block", "sid"]);
-        let by_series: Vec<String> = conn
-            .prepare("SELECT name FROM pragma_index_info('price_bucket_blocks_by_series') ORDER BY seqno")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
+        let by_series = names(
+            &conn,
+            "SELECT name FROM pragma_index_info('price_bucket_blocks_by_series') ORDER BY seqno",
+        );
         assert_eq!(by_series, ["sid", "res", "block"]);
     }
     // Every row again, a step later: each migrated block is rewritten.
