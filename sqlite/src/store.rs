@@ -899,12 +899,30 @@ fn key_order(sid: i64, key: &RowKey) -> RowOrder {
     (key.table, sid, res_code(key.res), key.bucket.millis())
 }
 
-/// `items` in the order of their keys (distinct), found by sid first: each
-/// sid's items in the order their keys give. A step's sids are few and dense (allocated from 1), so they
-/// are counted into place, and only each sid's items compared — usually
-/// already in order (a log in time order), and checked as such: one sort
-/// of a long-tail step's ~400 000 rows and ~250 000 ticks was a tenth of
-/// its write. The keys start with the table before the sid, so a series'
+/// A price tick's sid and key (time, partition, offset) flat, so that
+/// they take 32 bytes where `(i64, TickKey)` takes 40 with its padding:
+/// a step's 640 000 ticks are held so through its write.
+type PriceOrder = (i64, i64, u32, u64);
+
+fn price_order(sid: i64, key: TickKey) -> PriceOrder {
+    (sid, key.ts.millis(), key.partition, key.offset)
+}
+
+fn tick_key(&(_, ts, partition, offset): &PriceOrder) -> TickKey {
+    TickKey {
+        ts: Timestamp(ts),
+        partition,
+        offset,
+    }
+}
+
+/// `items` in the order of their keys, found by sid first: each sid's
+/// items in the order their keys give, items with equal keys in the order
+/// given (the sort is stable). A step's sids are few and dense (allocated
+/// from 1), so they are counted into place, and only each sid's items
+/// compared — usually already in order (a log in time order), and checked
+/// as such: one sort of a long-tail step's ~400 000 rows and ~250 000
+/// ticks was a tenth of its write. The keys start with the table before the sid, so a series'
 /// tables come out one after the other, each table's B-tree still walked
 /// from left to right (see [`key_order`]).
 fn in_sid_order<K: Copy + Ord, V: Copy>(
@@ -919,7 +937,7 @@ fn in_sid_order<K: Copy + Ord, V: Copy>(
     let dense = min >= 0 && max as u64 <= 4 * items.len() as u64 + 1024;
     if items.is_empty() || !dense {
         let mut out = items;
-        out.sort_unstable_by_key(|(key, _)| *key);
+        out.sort_by_key(|(key, _)| *key);
         return out;
     }
     // `starts[s]`: where sid `s`'s items begin in the output.
@@ -940,7 +958,7 @@ fn in_sid_order<K: Copy + Ord, V: Copy>(
     for group in starts.windows(2) {
         let group = &mut out[group[0]..group[1]];
         if !group.is_sorted_by_key(|(key, _)| *key) {
-            group.sort_unstable_by_key(|(key, _)| *key);
+            group.sort_by_key(|(key, _)| *key);
         }
     }
     out
@@ -1681,10 +1699,7 @@ impl ProjectionStore for SqliteStore {
             // projectors can share one embedded store.
             let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
             let mut lookup = SidLookup::new(sids);
-            // Sorted by keys held inline, not read through each row. Rows
-            // are distinct keys, and a price tick's key carries its place
-            // in the write, so the order is the one a stable sort by key
-            // gives (of two ticks with one key, the later wins).
+            // Sorted by keys held inline, not read through each row.
             let mut rows = Vec::with_capacity(write.rows.len());
             for row in &write.rows {
                 let sid = lookup.sid(&tx, &row.key.id)?;
@@ -1692,15 +1707,22 @@ impl ProjectionStore for SqliteStore {
             }
             let rows = in_sid_order(rows, |(_, sid, ..)| *sid);
             // Price ticks go to their blocks, the others to a row each.
-            let mut prices = Vec::new();
+            // Taken by value: a price tick keeps its sid, key and price
+            // (40 bytes), and the write's ticks (a step's largest buffer,
+            // ~130 bytes a tick with its token's name) are freed before
+            // the blocks are written, while the projector polls and folds
+            // its next step beside this write.
+            let mut prices: Vec<(PriceOrder, f64)> = Vec::with_capacity(write.ticks.len());
             let mut ticks = Vec::new();
-            for (i, tick) in write.ticks.iter().enumerate() {
+            for tick in write.ticks {
                 let sid = lookup.sid(&tx, &tick.token_id)?;
                 match tick.value {
-                    TickValue::Price { p } => prices.push(((sid, tick.key, i), p)),
+                    TickValue::Price { p } => prices.push((price_order(sid, tick.key), p)),
                     _ => ticks.push((sid, tick)),
                 }
             }
+            // Stable: of two ticks with one key, the later wins
+            // (`Inserts::price_ticks`).
             let prices = in_sid_order(prices, |(sid, ..)| *sid);
             ticks.sort_by_key(|(sid, tick)| tick_order(*sid, tick));
             {
@@ -1717,11 +1739,11 @@ impl ProjectionStore for SqliteStore {
                     }
                 }
                 for token in prices.chunk_by(|a, b| a.0 .0 == b.0 .0) {
-                    let ticks = token.iter().map(|((_, key, _), p)| (*key, *p));
+                    let ticks = token.iter().map(|(order, p)| (tick_key(order), *p));
                     inserts.price_ticks(token[0].0 .0, ticks)?;
                 }
-                for (sid, tick) in ticks {
-                    inserts.tick(sid, tick)?;
+                for (sid, tick) in &ticks {
+                    inserts.tick(*sid, tick)?;
                 }
             }
             let applied = write_catalog_records(&tx, &write.catalog)?;
@@ -2312,20 +2334,29 @@ mod tests {
     }
 
     /// Counted into place or sorted, by dense sids or sparse ones (and
-    /// negative), in order or not: the order of a sort by key.
+    /// negative), in order or not: the order of a stable sort by key
+    /// (items with equal keys, told apart by their values, keep theirs).
     #[test]
     fn items_in_sid_order_are_in_key_order() {
         let mut next = below();
-        for (len, sids, spread) in [(0, 1, 1), (1, 1, 1), (500, 40, 1), (500, 40, 1_000_000)] {
+        for (len, sids, spread) in [
+            (0, 1, 1),
+            (1, 1, 1),
+            (500, 1, 1),
+            (500, 40, 1),
+            (500, 40, 1_000_000),
+        ] {
             for shuffled in [false, true] {
-                let mut items: Vec<((i64, i64, usize), u8)> = (0..len)
+                let mut items: Vec<((i64, i64), usize)> = (0..len)
                     .map(|i| {
                         let sid = next(sids) as i64 * spread as i64 - i64::from(spread > 1);
-                        ((sid, i as i64 / 3, i), (i % 256) as u8)
+                        ((sid, i as i64 / 3), i)
                     })
                     .collect();
-                if !shuffled {
-                    items.sort_by_key(|(k, _)| (k.1, k.2));
+                if shuffled {
+                    // Equal keys out of their values' order too.
+                    items.reverse();
+                    items.sort_by_key(|(k, _)| k.1 % 7);
                 }
                 let mut want = items.clone();
                 want.sort_by_key(|(k, _)| *k);
