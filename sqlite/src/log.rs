@@ -165,9 +165,9 @@ fn upgrade(conn: &mut Connection) -> Result<()> {
 /// writer appends each batch to new pages it never reads again, and a
 /// consumer reads each page once, in order: a cache holds nothing either
 /// reuses beyond the B-tree's right edge and the overflow chain being
-/// read (the OS page cache keeps the file). At the writers' 16 MB, the
-/// appender alone kept ~50 MB of pages under the live benchmark
-/// (`heaptrack`).
+/// read (the OS page cache keeps the file). With the writers' 16 MB,
+/// `heaptrack` put ~50 MB of page cache under the appender during the
+/// live benchmark (docs/DESIGN.md, "A live step's memory").
 const LOG_CACHE_KB: i64 = 2_000;
 
 /// `open`, with the log's page cache.

@@ -900,8 +900,8 @@ fn key_order(sid: i64, key: &RowKey) -> RowOrder {
 }
 
 /// A price tick's sid and key (time, partition, offset) flat, so that
-/// they take 32 bytes where `(i64, TickKey)` takes 40 with its padding:
-/// a step's 640 000 ticks are held so through its write.
+/// they take 32 bytes where `(i64, TickKey)` takes 40 with its padding: a
+/// live step's 640 000 price ticks stay in this form for its whole write.
 type PriceOrder = (i64, i64, u32, u64);
 
 fn price_order(sid: i64, key: TickKey) -> PriceOrder {
@@ -922,9 +922,9 @@ fn tick_key(&(_, ts, partition, offset): &PriceOrder) -> TickKey {
 /// from 1), so they are counted into place, and only each sid's items
 /// compared — usually already in order (a log in time order), and checked
 /// as such: one sort of a long-tail step's ~400 000 rows and ~250 000
-/// ticks was a tenth of its write. The keys start with the table before the sid, so a series'
-/// tables come out one after the other, each table's B-tree still walked
-/// from left to right (see [`key_order`]).
+/// ticks was a tenth of its write. The keys start with the table before
+/// the sid, so a series' tables come out one after the other, each
+/// table's B-tree still walked from left to right (see [`key_order`]).
 fn in_sid_order<K: Copy + Ord, V: Copy>(
     items: Vec<(K, V)>,
     sid: impl Fn(&K) -> i64,
