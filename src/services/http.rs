@@ -62,7 +62,7 @@ impl Default for HttpLimits {
 
 /// What the serving loop does to one listener's connections, as the
 /// metrics `hindsight_http_*` labelled by `listener`. Registered (at zero)
-/// when the listener starts serving, so an alert can tell zero from absent.
+/// when [`serve`] is called, so an alert can tell zero from absent.
 #[derive(Clone)]
 struct ListenerEvents {
     open: Gauge,
@@ -113,17 +113,32 @@ impl Drop for OpenConnection {
 /// every connection is closed (idle ones at once, stalled ones within the
 /// idle timeout). `name` labels the listener's metrics (the service's name,
 /// or `ops`).
-pub async fn serve(
+///
+/// The metrics are registered when this is called, not when the future is
+/// first polled: the listener is bound and the service's other listeners
+/// may already answer `/metrics`, which must list this one's at zero.
+pub fn serve(
     name: &'static str,
     listener: TcpListener,
     router: Router,
     limits: HttpLimits,
-    mut stop: watch::Receiver<bool>,
-) -> io::Result<()> {
+    stop: watch::Receiver<bool>,
+) -> impl std::future::Future<Output = io::Result<()>> + Send + 'static {
     let max = limits
         .max_connections
         .clamp(1, Semaphore::MAX_PERMITS as u32);
     let events = ListenerEvents::register(name, max);
+    accept_loop(listener, router, limits, stop, events, max)
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    router: Router,
+    limits: HttpLimits,
+    mut stop: watch::Receiver<bool>,
+    events: ListenerEvents,
+    max: u32,
+) -> io::Result<()> {
     let slots = Arc::new(Semaphore::new(max as usize));
     loop {
         let permit = tokio::select! {

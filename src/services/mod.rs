@@ -126,11 +126,14 @@ impl Service {
 
     /// Serves and runs the workers until `shutdown` completes (or a server
     /// fails), then stops everything gracefully: servers finish the requests
-    /// in progress, workers their current step.
-    pub async fn run_until_stopped(
+    /// in progress, workers their current step. Each listener's metrics are
+    /// registered by this call, before the future runs (see
+    /// [`http::serve`]): a caller that spawns several services finds every
+    /// listener's series on `/metrics` as soon as any of them answers.
+    pub fn run_until_stopped(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
-    ) -> anyhow::Result<()> {
+    ) -> impl Future<Output = anyhow::Result<()>> + Send {
         let mut line = format!(
             "hindsight {} listening on http://{}",
             self.name,
@@ -139,46 +142,48 @@ impl Service {
         if self.ops.is_some() {
             line += &format!(" (metrics and probes on http://{})", self.ops_addr());
         }
-        tracing::info!(target: "hindsight::lifecycle", "{line}");
-
-        let mut tasks = tokio::task::JoinSet::new();
-        let listeners =
-            std::iter::once((self.name, self.service)).chain(self.ops.map(|ops| ("ops", ops)));
-        for (name, (listener, router)) in listeners {
-            let (stop, limits) = (self.stop.subscribe(), self.limits);
-            tasks.spawn(async move {
-                http::serve(name, listener, router, limits, stop)
-                    .await
-                    .context("serving HTTP")
-            });
-        }
-        for worker in self.workers {
-            tasks.spawn(async move {
-                worker.await;
-                Ok(())
-            });
-        }
-        let mut result = Ok(());
-        tokio::select! {
-            () = shutdown => {}
-            ended = tasks.join_next() => {
-                // Nothing ends on its own before the stop signal.
-                if let Some(ended) = ended {
+        let servers: Vec<_> = std::iter::once((self.name, self.service))
+            .chain(self.ops.map(|ops| ("ops", ops)))
+            .map(|(name, (listener, router))| {
+                http::serve(name, listener, router, self.limits, self.stop.subscribe())
+            })
+            .collect();
+        let (name, workers, after_stop, stop) =
+            (self.name, self.workers, self.after_stop, self.stop);
+        async move {
+            tracing::info!(target: "hindsight::lifecycle", "{line}");
+            let mut tasks = tokio::task::JoinSet::new();
+            for server in servers {
+                tasks.spawn(async move { server.await.context("serving HTTP") });
+            }
+            for worker in workers {
+                tasks.spawn(async move {
+                    worker.await;
+                    Ok(())
+                });
+            }
+            let mut result = Ok(());
+            tokio::select! {
+                () = shutdown => {}
+                ended = tasks.join_next() => {
+                    // Nothing ends on its own before the stop signal.
+                    if let Some(ended) = ended {
+                        result = flatten(ended);
+                    }
+                }
+            }
+            tracing::info!(target: "hindsight::lifecycle", "hindsight {name} shutting down");
+            let _ = stop.send(true);
+            while let Some(ended) = tasks.join_next().await {
+                if result.is_ok() {
                     result = flatten(ended);
                 }
             }
-        }
-        tracing::info!(target: "hindsight::lifecycle", "hindsight {} shutting down", self.name);
-        let _ = self.stop.send(true);
-        while let Some(ended) = tasks.join_next().await {
-            if result.is_ok() {
-                result = flatten(ended);
+            for task in after_stop {
+                task.await;
             }
+            result
         }
-        for task in self.after_stop {
-            task.await;
-        }
-        result
     }
 }
 
