@@ -256,9 +256,10 @@ async fn every_metric_family_is_listed_from_start_with_zero_counters() {
 /// shutdown signal, before its future first runs: a test (or a binary) that
 /// starts several services may be scraped through one of them while
 /// another's task has not started. (Before, registration waited for the
-/// listener's task, and the test above failed about one run in a few under
-/// CI's load: the ingest listener's series absent.) The `ops` listener:
-/// no other test of this binary has one, so nothing else registers it.
+/// listener's task, and the test above failed in one CI run and in 2 of
+/// 25 local runs: the ingest listener's series absent.) The `ops`
+/// listener: no other test of this binary has one, so nothing else
+/// registers it.
 #[tokio::test(flavor = "multi_thread")]
 async fn a_services_listeners_are_listed_before_it_first_runs() {
     use hindsight::backends::{BackendConfig, Backends};
