@@ -12,11 +12,29 @@ export PATH="$HOME/.cargo/bin:$PATH"
 
 scripts/install-tools.sh
 
+# One scratch directory per run holds what the run writes outside the
+# build directory: the engines' data and, through TMPDIR, every test's data
+# directory, browser profile and plans file. Removed when the run passes;
+# kept, and named, when it fails. (Before, each run left ~1 GB of test data
+# directories and engine data under /tmp.)
+scratch="$(mktemp -d /tmp/hindsight-test-run.XXXXXX)"
+mkdir "$scratch/tmp"
+export TMPDIR="$scratch/tmp"
+
 # Real engines for the whole run, stopped however the run ends. They start
 # in the background while formatting and lints run.
-export HINDSIGHT_ENGINES_RUN="${HINDSIGHT_ENGINES_RUN:-$(mktemp -d /tmp/hindsight-engines.XXXXXX)}"
-engines_env="$(mktemp)"
-trap 'scripts/engines.sh stop || true; rm -f "$engines_env"' EXIT
+export HINDSIGHT_ENGINES_RUN="${HINDSIGHT_ENGINES_RUN:-$scratch/engines}"
+engines_env="$scratch/engines.env"
+finish() {
+  local status=$?
+  scripts/engines.sh stop || true
+  if [[ $status == 0 ]]; then
+    rm -rf "$scratch"
+  else
+    echo "== the run failed (exit $status); its files are kept in $scratch"
+  fi
+}
+trap finish EXIT
 echo "== starting engines (Apache Kafka, Apache Cassandra) in $HINDSIGHT_ENGINES_RUN"
 scripts/engines.sh start > "$engines_env" &
 engines_pid=$!
@@ -35,7 +53,8 @@ echo "== engines ready: HINDSIGHT_KAFKA_BROKERS=$HINDSIGHT_KAFKA_BROKERS HINDSIG
 echo "== cargo test"
 # The distributed tests append what they prove (acknowledged vs counted)
 # here; cargo shows no output of a passing test.
-export HINDSIGHT_TEST_REPORT="$(mktemp)"
+export HINDSIGHT_TEST_REPORT="$scratch/test-report"
+: > "$HINDSIGHT_TEST_REPORT"
 cargo test --workspace --locked
 echo "== figures the distributed tests proved (events acknowledged vs counted, answers compared)"
 cat "$HINDSIGHT_TEST_REPORT"

@@ -6,7 +6,11 @@
 //! 20 000 tokens (`HINDSIGHT_BENCH_LIVE_TOKENS`) and measures sustained
 //! events/s (acknowledged and durable), the backlog left when the clients
 //! stop and its drain, ack → visible latency sampled during the run, and
-//! RSS sampled every 100 ms. Phase 2 streams a fixed number of ticks
+//! RSS sampled every 100 ms. The clients offer
+//! `HINDSIGHT_BENCH_LIVE_RATE` events/s between them (0: as fast as each
+//! batch is acknowledged, the default): ack → visible is a latency at a
+//! load, and at a rate the projector cannot keep the backlog grows for as
+//! long as the clients send, whatever the goal. Phase 2 streams a fixed number of ticks
 //! (`HINDSIGHT_BENCH_LIVE_TICKS`, 100 M by default) over 100 000 tokens and
 //! prints RSS at every 10 % of progress, so its flatness is visible. Each
 //! phase fails unless the store holds exactly the ticks acknowledged.
@@ -49,10 +53,12 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
             "HINDSIGHT_BENCH_LIVE_SECS",
             if quick { 10 } else { 60 },
         )?)),
+        rate: setting("HINDSIGHT_BENCH_LIVE_RATE", 0)?,
     };
     let stream = Phase {
         tokens: 100_000,
         end: End::Ticks(ticks),
+        rate: sustained.rate,
     };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -83,6 +89,8 @@ enum End {
 struct Phase {
     tokens: usize,
     end: End,
+    /// Events/s the clients offer between them; 0: unpaced.
+    rate: u64,
 }
 
 /// What the clients share: the next tick number to claim (the feed's clock
@@ -129,8 +137,12 @@ impl Phase {
             End::After(d) => format!("{} s", d.as_secs()),
             End::Ticks(n) => format!("{} ticks", spaced(n as usize)),
         };
+        let offered = match self.rate {
+            0 => "each batch sent once the last is acknowledged".to_string(),
+            r => format!("{} events/s offered", spaced(r as usize)),
+        };
         println!(
-            "== live long tail: {} tokens (Zipf activity, {PER_EVENT_SECOND} ticks per second of event time), {end}, {CONNECTIONS} connections, {} -line batches generated as sent",
+            "== live long tail: {} tokens (Zipf activity, {PER_EVENT_SECOND} ticks per second of event time), {end}, {CONNECTIONS} connections, {} -line batches generated as sent, {offered}",
             spaced(self.tokens),
             spaced(BATCH as usize),
         );
@@ -146,7 +158,17 @@ impl Phase {
                     law.reseeded(ZipfTokens::SEED ^ (c + 1)),
                     PER_EVENT_SECOND,
                 );
-                tokio::spawn(client(h.clone(), progress.clone(), feed, self.budget()))
+                let pace = Pace {
+                    started,
+                    rate: self.rate,
+                };
+                tokio::spawn(client(
+                    h.clone(),
+                    progress.clone(),
+                    feed,
+                    self.budget(),
+                    pace,
+                ))
             })
             .collect();
         let delays = Arc::new(Mutex::new(Vec::new()));
@@ -305,19 +327,42 @@ fn report(started: Instant, stopped: Stopped, delays: &[f64], rss: Rss) {
         );
 }
 
+/// When the clients may send: tick `n` not before `started + n / rate`.
+#[derive(Clone, Copy)]
+struct Pace {
+    started: Instant,
+    /// Events/s; 0: no wait.
+    rate: u64,
+}
+
+impl Pace {
+    /// Waits until the batch starting at tick `first` is due. A batch
+    /// acknowledged late is not made up for by a burst beyond the
+    /// clients' connections: each posts its next once the last is done.
+    async fn until_due(self, first: u64) {
+        if self.rate > 0 {
+            let due = self.started + Duration::from_secs_f64(first as f64 / self.rate as f64);
+            tokio::time::sleep_until(due.into()).await;
+        }
+    }
+}
+
 /// One keep-alive connection: claims the next batch of tick numbers,
-/// generates its body and posts it, until stopped or the budget is spent.
+/// generates its body and posts it when due, until stopped or the budget
+/// is spent.
 async fn client(
     h: Arc<Harness>,
     progress: Arc<Progress>,
     mut feed: LiveFeed,
     budget: u64,
+    pace: Pace,
 ) -> anyhow::Result<()> {
     while !progress.stop.load(Relaxed) {
         let first = progress.claimed.fetch_add(BATCH, Relaxed);
         if first >= budget {
             break;
         }
+        pace.until_due(first).await;
         let range = first..(first + BATCH).min(budget);
         let lines = range.end - range.start;
         if let Err(e) = h.post(feed.body(range)).await {

@@ -12,8 +12,10 @@
 //!   (events/s acknowledged and durable, the backlog and its drain,
 //!   ack → visible p50/p99, RSS every 100 ms), then
 //!   `HINDSIGHT_BENCH_LIVE_TICKS` ticks (default 100 M; 2 M with `--quick`)
-//!   over 100 000 tokens with RSS printed at every 10 %; fails unless the
-//!   store holds every acknowledged tick;
+//!   over 100 000 tokens with RSS printed at every 10 %; the clients send
+//!   each batch once the last is acknowledged, or offer
+//!   `HINDSIGHT_BENCH_LIVE_RATE` events/s; fails unless the store holds
+//!   every acknowledged tick;
 //! - `api`: req/s and p50/p99 of history pages and a search over 100 000
 //!   markets next to a hello-world route, the 200-point page next to
 //!   Debian's nginx serving the same bytes as a static file, and the API
