@@ -6,11 +6,11 @@
 //! 20 000 tokens (`HINDSIGHT_BENCH_LIVE_TOKENS`) and measures sustained
 //! events/s (acknowledged and durable), the backlog left when the clients
 //! stop and its drain, ack → visible latency sampled during the run, and
-//! RSS sampled every 100 ms. The clients offer
-//! `HINDSIGHT_BENCH_LIVE_RATE` events/s between them (0: as fast as each
-//! batch is acknowledged, the default): ack → visible is a latency at a
-//! load, and at a rate the projector cannot keep the backlog grows for as
-//! long as the clients send, whatever the goal. Phase 2 streams a fixed number of ticks
+//! RSS sampled every 100 ms. The clients offer `HINDSIGHT_BENCH_LIVE_RATE`
+//! events/s between them (0, the default: each batch as soon as the last
+//! is acknowledged): ack → visible is a latency at a load, and at a rate
+//! the projector cannot keep up with the backlog grows for as long as the
+//! clients send. Phase 2 streams a fixed number of ticks
 //! (`HINDSIGHT_BENCH_LIVE_TICKS`, 100 M by default) over 100 000 tokens and
 //! prints RSS at every 10 % of progress, so its flatness is visible. Each
 //! phase fails unless the store holds exactly the ticks acknowledged.

@@ -65,21 +65,25 @@ fn tick_line(prefix: &str, market: usize, side: &str, ts: i64, p: usize) -> Stri
 fn write_tick(out: &mut String, prefix: &str, market: usize, side: &str, ts: i64, p: usize) {
     out.push_str(r#"{"kind":"price","market_id":""#);
     out.push_str(prefix);
-    push_int(out, market as u64);
+    push_int(out, market as i64);
     out.push_str(r#"","token_id":""#);
     out.push_str(prefix);
-    push_int(out, market as u64);
+    push_int(out, market as i64);
     out.push('-');
     out.push_str(side);
     out.push_str(r#"","ts":"#);
-    push_int(out, ts as u64);
+    push_int(out, ts);
     out.push_str(r#","p":"#);
     out.push_str(&price_text()[p]);
     out.push('}');
 }
 
 /// `n` in decimal.
-fn push_int(out: &mut String, mut n: u64) {
+fn push_int(out: &mut String, n: i64) {
+    if n < 0 {
+        out.push('-');
+    }
+    let mut n = n.unsigned_abs();
     let mut digits = [0u8; 20];
     let mut at = digits.len();
     loop {
@@ -263,13 +267,15 @@ mod tests {
     /// The lines are byte for byte what `format!` made of the same tick
     /// (the shapes' files, and so the figures, do not change with it).
     #[test]
-    fn a_tick_line_is_the_json_format_makes() {
+    fn a_tick_line_is_what_format_makes() {
         for (market, side, ts, p) in [
             (0, "yes", DAY, 0),
             (7, "no", DAY + 86_399, 1),
             (19_999, "yes", 9_999_999_999, 999),
             (123, "no", 1, 500),
             (4_567, "yes", DAY + 3_600, 70),
+            (3, "no", -86_400, 42),
+            (1, "yes", i64::MIN, 9),
         ] {
             let f = p as f64 / 1000.0;
             assert_eq!(
