@@ -15,8 +15,8 @@ scripts/install-tools.sh
 # One scratch directory per run holds what the run writes outside the
 # build directory: the engines' data and, through TMPDIR, every test's data
 # directory, browser profile and plans file. Removed when the run passes;
-# kept, and named, when it fails. (Before, each run left ~1 GB of test data
-# directories and engine data under /tmp.)
+# kept, and named, when it fails. (Before, each run left ~120 MB of test
+# data directories and engine data under /tmp.)
 scratch="$(mktemp -d /tmp/hindsight-test-run.XXXXXX)"
 mkdir "$scratch/tmp"
 export TMPDIR="$scratch/tmp"
