@@ -611,7 +611,7 @@ mod tests {
                 price: 0.1 + 0.2,
                 size: 1e15,
                 side,
-                trade_id: id.map(String::from),
+                trade_id: id.map(Box::from),
             },
         };
         use hindsight_schemas::TradeSide;
@@ -637,7 +637,7 @@ mod tests {
                         price: *price,
                         size: *size,
                         side: side.as_str().into(),
-                        trade_id: trade_id.clone(),
+                        trade_id: trade_id.as_deref().map(String::from),
                     },
                     _ => unreachable!(),
                 })

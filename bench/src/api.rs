@@ -85,13 +85,13 @@ async fn seed(app: &Embedded, markets: usize) -> anyhow::Result<()> {
                     })
                     .collect()
             };
-            events.push(Event::Book(BookSnapshot {
+            events.push(Event::Book(Box::new(BookSnapshot {
                 market_id: "bm-000000".into(),
                 token_id: token.into(),
                 ts,
                 bids: levels(0.39, -0.01),
                 asks: levels(0.41, 0.01),
-            }));
+            })));
         }
     }
     project_with_key(app, events).await

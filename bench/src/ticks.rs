@@ -30,7 +30,7 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
         while (offset as usize) < total {
             let ticks: Vec<Tick> = (offset..(offset + 20_000).min(total as u64))
                 .map(|i| Tick {
-                    token_id: format!("token-{:02}", i as usize % TOKENS),
+                    token_id: format!("token-{:02}", i as usize % TOKENS).into(),
                     key: TickKey::of(
                         // Several ticks a second per token; some share a ms.
                         Timestamp(T0 + (i as i64 / TOKENS as i64) * 250),

@@ -214,22 +214,27 @@ pub enum TickValue {
     },
     /// Levels as JSON text (`[[price,size],…]`), as the API serves them.
     Book {
-        bids: String,
-        asks: String,
+        bids: Box<str>,
+        asks: Box<str>,
     },
     Trade {
         price: f64,
         size: f64,
         side: TradeSide,
-        trade_id: Option<String>,
+        trade_id: Option<Box<str>>,
     },
 }
 
 /// One price tick, book snapshot or trade of a token, as ingested, with its
 /// exact timestamp.
+///
+/// Its strings are boxed (no capacity kept), so a tick is no larger than
+/// the event it is made from (80 bytes): a step's events become its ticks
+/// in the events' own buffer, which the step's write then holds while the
+/// next step is polled and folded.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tick {
-    pub token_id: String,
+    pub token_id: Box<str>,
     pub key: TickKey,
     pub value: TickValue,
 }

@@ -684,7 +684,7 @@ mod tests {
     fn book(offset: u64, ms: i64, bid: f64) -> Delivered {
         at(
             offset,
-            Event::Book(BookSnapshot {
+            Event::Book(Box::new(BookSnapshot {
                 market_id: "m".into(),
                 token_id: "t".into(),
                 ts: Timestamp(T0 + ms),
@@ -693,7 +693,7 @@ mod tests {
                     size: 1.0,
                 }],
                 asks: vec![],
-            }),
+            })),
         )
     }
 

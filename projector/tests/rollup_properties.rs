@@ -108,13 +108,13 @@ fn market_data(values: Values) -> impl Strategy<Value = Event> {
             })
         }),
         2 => (0..TOKENS.len(), ts(), levels(), levels()).prop_map(|(t, ts, bids, asks)| {
-            Event::Book(BookSnapshot {
+            Event::Book(Box::new(BookSnapshot {
                 market_id: market_of(t).into(),
                 token_id: TOKENS[t].into(),
                 ts,
                 bids,
                 asks,
-            })
+            }))
         }),
         2 => (0..MARKETS.len(), ts(), values.metric(), values.metric(), values.metric()).prop_map(
             |(m, ts, volume, liquidity, spread)| {
@@ -677,7 +677,7 @@ fn the_model_folds_by_hand_computed_rules() {
         })
     };
     let book = |ms: i64, bid: f64| {
-        Event::Book(BookSnapshot {
+        Event::Book(Box::new(BookSnapshot {
             market_id: "m0".into(),
             token_id: "t0".into(),
             ts: Timestamp(T0 + ms),
@@ -686,7 +686,7 @@ fn the_model_folds_by_hand_computed_rules() {
                 size: 2.0,
             }],
             asks: vec![],
-        })
+        }))
     };
     let rows = model(&[
         tick(70_000, 0.5),

@@ -445,13 +445,13 @@ fn validate(mut wire: WireLine, now: Timestamp, limits: &Limits) -> Result<Event
                 p,
             })
         }
-        EventKind::Book => Event::Book(BookSnapshot {
+        EventKind::Book => Event::Book(Box::new(BookSnapshot {
             market_id: f.id("market_id")?,
             token_id: f.id("token_id")?,
             ts: f.ts("ts")?,
             bids: book_side("bids", f.w.bids.take(), Side::Bids, limits)?,
             asks: book_side("asks", f.w.asks.take(), Side::Asks, limits)?,
-        }),
+        })),
         EventKind::Trade => {
             let price = f.number("price")?;
             if !(0.0..=1.0).contains(&price) {
@@ -469,7 +469,7 @@ fn validate(mut wire: WireLine, now: Timestamp, limits: &Limits) -> Result<Event
                     format!(": `{}` is neither `buy` nor `sell`", truncate(&side_text)),
                 )
             })?;
-            Event::Trade(Trade {
+            Event::Trade(Box::new(Trade {
                 market_id: f.id("market_id")?,
                 token_id: f.id("token_id")?,
                 ts: f.ts("ts")?,
@@ -477,7 +477,7 @@ fn validate(mut wire: WireLine, now: Timestamp, limits: &Limits) -> Result<Event
                 size: f.metric("size")?,
                 side,
                 trade_id: f.optional_id("trade_id")?,
-            })
+            }))
         }
         EventKind::Metrics => Event::Metrics(MetricsSample {
             market_id: f.id("market_id")?,

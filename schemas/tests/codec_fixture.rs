@@ -18,7 +18,7 @@ fn expected() -> Vec<Event> {
             ts,
             p: 0.42,
         }),
-        Event::Book(BookSnapshot {
+        Event::Book(Box::new(BookSnapshot {
             market_id: "m1".into(),
             token_id: "t-yes".into(),
             ts,
@@ -36,7 +36,7 @@ fn expected() -> Vec<Event> {
                 price: 0.43,
                 size: 50.0,
             }],
-        }),
+        })),
         Event::Metrics(MetricsSample {
             market_id: "m1".into(),
             ts,
@@ -93,7 +93,7 @@ fn expected() -> Vec<Event> {
             updated_at: ts,
         })),
         // Added with the trade kind (tag 7); the lines above are unchanged.
-        Event::Trade(Trade {
+        Event::Trade(Box::new(Trade {
             market_id: "m1".into(),
             token_id: "t-yes".into(),
             ts,
@@ -101,7 +101,7 @@ fn expected() -> Vec<Event> {
             size: 150.0,
             side: TradeSide::Buy,
             trade_id: Some("0xabc-7".into()),
-        }),
+        })),
     ]
 }
 

@@ -909,7 +909,7 @@ impl ScyllaStore {
     /// Single writer: a token's events are one log partition's, which one
     /// projector owns, so the read, then write, needs no transaction.
     async fn first_trades(&self, ticks: Vec<Tick>) -> Result<Vec<Tick>> {
-        let mut ids: Vec<(String, String)> = ticks
+        let mut ids: Vec<(Box<str>, Box<str>)> = ticks
             .iter()
             .filter_map(|t| match &t.value {
                 TickValue::Trade {
@@ -926,7 +926,7 @@ impl ScyllaStore {
         let lookups = ids.into_iter().map(|(token, id)| async move {
             let _permit = self.writes.acquire().await.map_err(fail)?;
             let stored = self
-                .exec("write_ticks", "select_trade_id", (&token, &id))
+                .exec("write_ticks", "select_trade_id", (&*token, &*id))
                 .await?
                 .into_rows_result()
                 .map_err(corrupt)?
@@ -934,7 +934,7 @@ impl ScyllaStore {
                 .map_err(corrupt)?;
             Ok::<_, Error>(((token, id), stored))
         });
-        let mut first: HashMap<(String, String), (i32, i64)> = HashMap::new();
+        let mut first: HashMap<(Box<str>, Box<str>), (i32, i64)> = HashMap::new();
         let mut fresh = Vec::new();
         for ((token, id), stored) in future::try_join_all(lookups).await? {
             if let Some(at) = stored {
@@ -1225,7 +1225,7 @@ impl ProjectionStore for ScyllaStore {
         for tick in ticks {
             let k = (
                 Series::Tick(tick.kind()),
-                Arc::from(tick.token_id.as_str()),
+                Arc::from(&*tick.token_id),
                 tick_period(tick.key.ts.0),
             );
             tick_partitions.entry(k).or_default().push(tick);
@@ -1741,7 +1741,7 @@ fn read_ticks(
     out: &mut Vec<Tick>,
 ) -> Result<()> {
     let tick = |at: CqlTimestamp, partition: i32, offset: i64, value| Tick {
-        token_id: token_id.to_string(),
+        token_id: token_id.into(),
         key: TickKey {
             ts: Timestamp(at.0),
             partition: partition as u32,
@@ -1765,6 +1765,7 @@ fn read_ticks(
                 .map_err(corrupt)?
             {
                 let (at, partition, offset, bids, asks) = r.map_err(corrupt)?;
+                let (bids, asks) = (bids.into(), asks.into());
                 out.push(tick(at, partition, offset, TickValue::Book { bids, asks }));
             }
         }
@@ -1778,7 +1779,7 @@ fn read_ticks(
                     price,
                     size,
                     side,
-                    trade_id,
+                    trade_id: trade_id.map(String::into_boxed_str),
                 };
                 out.push(tick(at, partition, offset, value));
             }

@@ -1392,7 +1392,7 @@ fn tick_from_row(kind: RowTicks, token_id: &str, r: &rusqlite::Row) -> Result<Ti
         }
     };
     Ok(Tick {
-        token_id: token_id.to_string(),
+        token_id: token_id.into(),
         key,
         value,
     })
@@ -1840,7 +1840,7 @@ fn price_ticks(conn: &Connection, id: &str, range: &TickRange) -> Result<Vec<Tic
             .take_while(|(key, _)| key.ts < range.end)
             .take(range.limit - out.len());
         out.extend(wanted.map(|(key, p)| Tick {
-            token_id: id.to_string(),
+            token_id: id.into(),
             key,
             value: TickValue::Price { p },
         }));
@@ -2664,14 +2664,14 @@ mod tests {
         let before = size();
         let ticks: Vec<Tick> = (0..20_000)
             .map(|i| Tick {
-                token_id: format!("token-{}", i % 500),
+                token_id: format!("token-{}", i % 500).into(),
                 key: TickKey {
                     ts: Timestamp(1_756_684_800_000 + i),
                     partition: 0,
                     offset: i as u64,
                 },
                 value: TickValue::Book {
-                    bids: format!("[[\"0.{i}\",\"1\"]]"),
+                    bids: format!("[[\"0.{i}\",\"1\"]]").into(),
                     asks: "[]".into(),
                 },
             })

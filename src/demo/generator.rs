@@ -278,14 +278,14 @@ impl Demo {
                     p,
                 }));
                 if with_books {
-                    out.push(Event::Book(book_around(
+                    out.push(Event::Book(Box::new(book_around(
                         &mut self.rng,
                         &m.id,
                         token,
                         ts,
                         p,
                         m.spread,
-                    )));
+                    ))));
                 }
             }
             if with_books {

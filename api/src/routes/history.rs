@@ -665,12 +665,12 @@ async fn book_at(
             "book_at answered a tick that is not a snapshot",
         ));
     };
-    let levels = |text: String| {
-        RawValue::from_string(text)
+    let levels = |text: Box<str>| {
+        RawValue::from_string(text.into())
             .map_err(|e| ApiError::invariant(format!("stored book levels are not JSON: {e}")))
     };
     Ok(Some(BookAtResponse {
-        token_id: tick.token_id,
+        token_id: tick.token_id.into(),
         t: IsoTime(tick.key.ts),
         bids: levels(bids)?,
         asks: levels(asks)?,

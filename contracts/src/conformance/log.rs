@@ -64,7 +64,7 @@ pub fn sample_events(prefix: &str, markets: usize, rounds: usize) -> Vec<Event> 
                 }));
             }
             if round % 3 == 1 {
-                out.push(Event::Book(BookSnapshot {
+                out.push(Event::Book(Box::new(BookSnapshot {
                     market_id: market_id.clone(),
                     token_id: token("yes"),
                     ts,
@@ -73,7 +73,7 @@ pub fn sample_events(prefix: &str, markets: usize, rounds: usize) -> Vec<Event> 
                         size: round as f64 + 1.0,
                     }],
                     asks: vec![],
-                }));
+                })));
             }
             if round % 2 == 1 {
                 out.push(Event::Metrics(MetricsSample {

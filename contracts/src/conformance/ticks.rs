@@ -38,7 +38,7 @@ fn price(p: f64) -> TickValue {
 
 fn book(bid: f64) -> TickValue {
     TickValue::Book {
-        bids: format!("[[{bid},10.0]]"),
+        bids: format!("[[{bid},10.0]]").into(),
         asks: "[[0.9,1.5]]".into(),
     }
 }
@@ -48,7 +48,7 @@ fn trade(price: f64, side: TradeSide, id: Option<&str>) -> TickValue {
         price,
         size: 2.5,
         side,
-        trade_id: id.map(String::from),
+        trade_id: id.map(Box::from),
     }
 }
 
@@ -366,7 +366,7 @@ pub async fn trade_totals_sum_the_deduplicated_trades_per_bucket(
                 price: 0.5,
                 size,
                 side: TradeSide::Buy,
-                trade_id: id.map(String::from),
+                trade_id: id.map(Box::from),
             },
         )
     };
