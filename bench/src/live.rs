@@ -14,6 +14,12 @@
 //! (`HINDSIGHT_BENCH_LIVE_TICKS`, 100 M by default) over 100 000 tokens and
 //! prints RSS at every 10 % of progress, so its flatness is visible. Each
 //! phase fails unless the store holds exactly the ticks acknowledged.
+//!
+//! Ids are short (`lt123`, `lt123-yes`) unless
+//! `HINDSIGHT_BENCH_LIVE_LONG_IDS=1` pads them to Polymarket's lengths (a
+//! market's condition id has 66 characters, a token's id ~77 digits): every
+//! event holds its market's and its token's id on the heap from its decode
+//! to its write, so their length is part of a step's memory.
 
 use crate::pipeline::{quantile, Harness};
 use crate::process::memory_mb;
@@ -54,11 +60,16 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
             if quick { 10 } else { 60 },
         )?)),
         rate: setting("HINDSIGHT_BENCH_LIVE_RATE", 0)?,
+        prefix: match setting("HINDSIGHT_BENCH_LIVE_LONG_IDS", 0)? {
+            0 => "lt".to_string(),
+            _ => LONG_PREFIX.to_string(),
+        },
     };
     let stream = Phase {
         tokens: 100_000,
         end: End::Ticks(ticks),
         rate: sustained.rate,
+        prefix: sustained.prefix.clone(),
     };
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -91,7 +102,14 @@ struct Phase {
     end: End,
     /// Events/s the clients offer between them; 0: unpaced.
     rate: u64,
+    /// Market `n`'s id is `{prefix}{n}`, its tokens' `{prefix}{n}-yes` and
+    /// `-no`.
+    prefix: String,
 }
+
+/// With `HINDSIGHT_BENCH_LIVE_LONG_IDS`: market ids of 65–69 characters
+/// and token ids of 68–73, where Polymarket's are 66 and ~77.
+const LONG_PREFIX: &str = "0x5eed0f1d5c0ffee5eed0f1d5c0ffee5eed0f1d5c0ffee5eed0f1d5c0ffee5e";
 
 /// What the clients share: the next tick number to claim (the feed's clock
 /// and budget), ticks acknowledged, and the stop signal.
@@ -123,7 +141,7 @@ struct Rss {
 impl Phase {
     async fn run(&self) -> anyhow::Result<()> {
         let h = Arc::new(Harness::start("live").await?);
-        let prefix = "lt";
+        let prefix = self.prefix.as_str();
         let markets = self.tokens / 2;
         let catalog: Vec<String> = (0..markets)
             .map(|m| market_line(&format!("{prefix}{m}")))
@@ -142,9 +160,10 @@ impl Phase {
             r => format!("{} events/s offered", spaced(r as usize)),
         };
         println!(
-            "== live long tail: {} tokens (Zipf activity, {PER_EVENT_SECOND} ticks per second of event time), {end}, {CONNECTIONS} connections, {} -line batches generated as sent, {offered}",
+            "== live long tail: {} tokens (Zipf activity, {PER_EVENT_SECOND} ticks per second of event time), {end}, {CONNECTIONS} connections, {} -line batches generated as sent, {offered}, token ids like {}",
             spaced(self.tokens),
             spaced(BATCH as usize),
+            token_id(prefix, 0),
         );
         println!("   load average before: {}", load_average());
 
@@ -445,4 +464,20 @@ fn load_average() -> String {
         .take(3)
         .collect::<Vec<_>>()
         .join(" ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The long ids are as long as their doc says, over the markets of
+    /// both phases.
+    #[test]
+    fn long_ids_have_polymarkets_lengths() {
+        let markets = 100_000 / 2;
+        let market = |m: usize| format!("{LONG_PREFIX}{m}").len();
+        assert_eq!((market(0), market(markets - 1)), (65, 69));
+        let token = |t: usize| token_id(LONG_PREFIX, t).len();
+        assert_eq!((token(1), token(2 * markets - 2)), (68, 73));
+    }
 }

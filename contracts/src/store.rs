@@ -229,9 +229,8 @@ pub enum TickValue {
 /// exact timestamp.
 ///
 /// Its strings are boxed (no capacity kept), so a tick is no larger than
-/// the event it is made from (80 bytes): a step's events become its ticks
-/// in the events' own buffer, which the step's write then holds while the
-/// next step is polled and folded.
+/// the event it is made from (80 bytes, with its log position): a step's
+/// ticks are made in its events' buffer, not in a second one beside it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tick {
     pub token_id: Box<str>,

@@ -47,10 +47,9 @@ mod tests {
     use hindsight_contracts::Position;
     use hindsight_schemas::{PriceTick, Timestamp};
 
-    /// A step's ticks are made in its events' buffer, which the step's
-    /// write then holds while the next step is polled and folded: a tick
-    /// larger than an event would need a buffer of its own, and a step of
-    /// 640 000 events held ~80 MB more.
+    /// A step's ticks are made in its events' buffer: a tick larger than
+    /// an event would need a buffer of its own beside it (~50 MB for a
+    /// 640 000-event step).
     #[test]
     fn a_steps_ticks_take_its_events_buffer() {
         assert!(std::mem::size_of::<Tick>() <= std::mem::size_of::<Delivered>());

@@ -143,10 +143,10 @@ pub struct MarketRecord {
 ///
 /// Every kind but the price tick and the metrics sample is boxed, so an
 /// event is the size of a price tick (64 bytes): a projector step holds
-/// its events by the hundred thousand, twice over while the last step's
-/// write is in flight (its ticks reuse the events' buffer). Catalog records
-/// are three times a price tick's size, and unboxed made every event 280
-/// bytes; books and trades 112.
+/// its events by the hundred thousand, and then its ticks, made in the
+/// events' buffer, while the next step is polled. Unboxed, catalog records
+/// (three times a price tick's size) made every event 280 bytes, books and
+/// trades 112.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Event {
     Price(PriceTick),
