@@ -216,6 +216,13 @@ impl Phase {
             "   every acknowledged tick is in the store ({} counted)",
             spaced(stored as usize)
         );
+        // What the process keeps once idle: a projector caught up after a
+        // backlog hands back what its large steps grew.
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        println!(
+            "   RSS idle, 2 s after the count: {:.0} MB",
+            memory_mb("self", "VmRSS:")
+        );
         Arc::into_inner(h)
             .expect("clients and prober are done")
             .stop()

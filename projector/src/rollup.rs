@@ -468,6 +468,18 @@ impl Rollup {
         self.drained.clear();
     }
 
+    /// Hands back what a backlog's large steps grew: the rows' and the
+    /// batch buffers' spare capacity, which stays resident otherwise (a
+    /// step's pages are touched up to the largest it held). For an idle
+    /// projector; the next large step grows them again.
+    pub fn shrink(&mut self) {
+        self.slots.shrink_to_fit();
+        self.batch_series = Vec::new();
+        self.batch_slots = Vec::new();
+        self.dirty.shrink_to_fit();
+        self.drained.shrink_to_fit();
+    }
+
     /// Forgets rows in memory (when memory grows past its bound), except:
     /// - the rows of the last drain, which may be in the write still in
     ///   flight: no row may be loaded from the store before its last write
@@ -852,6 +864,29 @@ mod tests {
                 "bound {bound}: a forgotten row is loaded back"
             );
         }
+    }
+
+    #[test]
+    fn shrinking_hands_back_a_large_steps_capacity_and_keeps_the_rows() {
+        let mut rollup = Rollup::new();
+        rollup.store_emptied();
+        let large: Vec<_> = (0..2_000)
+            .map(|i| tick(i, &format!("t{i}"), 0, 0.5))
+            .collect();
+        step(&mut rollup, &large);
+        step(&mut rollup, &[tick(2_000, "t0", 60_000, 0.6)]);
+        // The large step's rows go; the last drain's (t0's) stay.
+        rollup.forget_rows(10 * NRES);
+        let rows = rollup.len();
+        assert_eq!(rows, NRES);
+        assert!(rollup.slots.capacity() >= 2_000 * NRES);
+        rollup.shrink();
+        assert_eq!(rollup.len(), rows);
+        assert_eq!(rollup.slots.capacity(), rows);
+        assert_eq!(rollup.batch_slots.capacity(), 0);
+        // Rows kept are still folded into, without a load.
+        let loaded = step(&mut rollup, &[tick(2_001, "t0", 60_001, 0.7)]);
+        assert!(loaded.is_empty(), "{loaded:?}");
     }
 
     #[test]

@@ -347,11 +347,13 @@ impl Projector {
     }
 
     /// The log is caught up and nothing is in flight: after a backlog,
-    /// what its large steps held is free, and goes back to the system.
+    /// what its large steps held is free, and goes back to the system with
+    /// the rollup's spare capacity ([`Rollup::shrink`]).
     fn caught_up(&mut self) {
         if !std::mem::take(&mut self.grown) {
             return;
         }
+        self.rollup.shrink();
         if let Some(release) = self.config.release_memory {
             let started = Instant::now();
             release();
