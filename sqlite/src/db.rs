@@ -109,3 +109,59 @@ pub(crate) async fn blocking<R: Send + 'static>(
         .map_err(|e| Error::Io(format!("blocking task failed: {e}")))?
         .map_err(Into::into)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rusqlite::ffi;
+
+    /// Bytes of page cache `conn` holds (`SQLITE_DBSTATUS_CACHE_USED`).
+    fn cache_used(conn: &Connection) -> i32 {
+        let (mut current, mut highest) = (0, 0);
+        // SAFETY: the handle lives as long as `conn`, which is borrowed,
+        // and both out-pointers are valid.
+        let rc = unsafe {
+            ffi::sqlite3_db_status(
+                conn.handle(),
+                ffi::SQLITE_DBSTATUS_CACHE_USED,
+                &mut current,
+                &mut highest,
+                0,
+            )
+        };
+        assert_eq!(rc, ffi::SQLITE_OK);
+        current
+    }
+
+    /// A connection's `cache_size` bounds its own pages: one reading a file
+    /// far larger than its cache does not take what another was given, as
+    /// it does when SQLite is compiled with SQLITE_ENABLE_MEMORY_MANAGEMENT
+    /// (one cache for the process, bounded by the sum), which
+    /// `.cargo/config.toml` leaves out of rusqlite's bundled build.
+    #[test]
+    fn each_connection_keeps_its_own_page_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let large = open(&path, Durability::Normal).unwrap();
+        large.pragma_update(None, "cache_size", -64_000).unwrap();
+        large
+            .execute_batch(
+                "CREATE TABLE t (k INTEGER PRIMARY KEY, v BLOB);
+                 WITH RECURSIVE n(k) AS (SELECT 1 UNION ALL SELECT k + 1 FROM n WHERE k < 4000)
+                 INSERT INTO t SELECT k, randomblob(4000) FROM n;",
+            )
+            .unwrap();
+        let small = open(&path, Durability::Normal).unwrap();
+        small.pragma_update(None, "cache_size", -1_000).unwrap();
+        let read: i64 = small
+            .query_row("SELECT sum(length(v)) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(read, 16_000_000);
+        let used = cache_used(&small);
+        assert!(
+            used < 2_000_000,
+            "{used} bytes of page cache on a connection given 1 000 KiB (the large one's: {})",
+            cache_used(&large)
+        );
+    }
+}
