@@ -424,6 +424,12 @@ pub struct ProjectorOpts {
     /// `rebuild`].
     #[arg(long, env = "HINDSIGHT_PROJECTOR_BACKLOG_BATCH_MAX")]
     pub projector_backlog_batch_max: Option<usize>,
+    /// Most bucket rows a grown step may touch: over many tokens a step's
+    /// rows, not its events, are most of the projector's memory, and a
+    /// step grows only as far as its rows per event allow. Larger drains a
+    /// backlog over many tokens faster, with more memory [default: 300000].
+    #[arg(long, env = "HINDSIGHT_PROJECTOR_STEP_ROWS_MAX")]
+    pub projector_step_rows_max: Option<usize>,
 }
 
 impl ProjectorOpts {
@@ -453,6 +459,7 @@ impl ProjectorOpts {
             backlog_batch_max: self
                 .projector_backlog_batch_max
                 .unwrap_or(config.backlog_batch_max),
+            step_rows_max: self.projector_step_rows_max.unwrap_or(config.step_rows_max),
             ..config
         }
     }
@@ -942,5 +949,29 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    fn projector_config(args: &[&str]) -> hindsight_projector::ProjectorConfig {
+        let cli = Cli::try_parse_from([&["hindsight", "projector"], args].concat()).unwrap();
+        match cli.command {
+            Command::Projector(a) => a.projector.config(),
+            _ => unreachable!("parsed as the projector"),
+        }
+    }
+
+    #[test]
+    fn the_projectors_step_bounds_come_from_its_flags() {
+        let default = hindsight_projector::ProjectorConfig::default();
+        let given = projector_config(&[]);
+        assert_eq!(given.step_rows_max, default.step_rows_max);
+        assert_eq!(given.backlog_batch_max, default.backlog_batch_max);
+        let given = projector_config(&[
+            "--projector-step-rows-max",
+            "1000",
+            "--projector-backlog-batch-max",
+            "5000",
+        ]);
+        assert_eq!(given.step_rows_max, 1_000);
+        assert_eq!(given.backlog_batch_max, 5_000);
     }
 }

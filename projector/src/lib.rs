@@ -15,4 +15,4 @@ pub mod runner;
 pub mod ticks;
 
 pub use rollup::Rollup;
-pub use runner::{Projector, ProjectorConfig};
+pub use runner::{Projector, ProjectorConfig, StepStats};

@@ -54,6 +54,13 @@ pub struct ProjectorConfig {
     /// backlog about twice as fast as 160 000 (`hindsight-bench live`).
     /// Memory grows with the step: its events and the rows they touch.
     pub backlog_batch_max: usize,
+    /// Rows a grown step may touch: a full poll doubles the next only as
+    /// far as the last step's rows per event say this many rows allow.
+    /// Over 20 000 tokens a 640 000-event step touches ~290 000 rows; over
+    /// 100 000 it touched ~700 000, and the step's rows (in the rollup, in
+    /// the write, in the store's sort) were most of the process's memory.
+    /// Steps never shrink below `batch_max` for it.
+    pub step_rows_max: usize,
     /// How long an idle poll waits for new events.
     pub idle_wait: Duration,
     /// Rows kept in memory between steps before they are dropped.
@@ -71,6 +78,7 @@ impl Default for ProjectorConfig {
         ProjectorConfig {
             batch_max: 20_000,
             backlog_batch_max: 640_000,
+            step_rows_max: 300_000,
             idle_wait: Duration::from_millis(100),
             max_cached_rows: 500_000,
             release_memory: None,
@@ -148,11 +156,14 @@ struct InFlight {
 pub struct StepStats {
     /// Events consumed, folded or not.
     pub events: usize,
+    /// Rows written.
+    pub rows: usize,
 }
 
 impl std::ops::AddAssign for StepStats {
     fn add_assign(&mut self, other: StepStats) {
         self.events += other.events;
+        self.rows += other.rows;
     }
 }
 
@@ -308,12 +319,10 @@ impl Projector {
             self.settle(consumer).await?;
         }
         let batch = consumer.poll(self.poll_max, self.config.idle_wait).await?;
-        self.poll_max = if batch.len() >= self.poll_max {
-            (self.poll_max * 2).min(self.config.backlog_batch_max.max(self.config.batch_max))
-        } else {
-            self.config.batch_max
-        };
-        self.grown |= self.poll_max > self.config.batch_max;
+        let full = batch.len() >= self.poll_max;
+        if !full {
+            self.poll_max = self.config.batch_max;
+        }
         // Partitions moved (a consumer-group rebalance): cached rows of a
         // partition this projector lost may since have been written by
         // another projector, so every row is loaded afresh.
@@ -336,6 +345,10 @@ impl Projector {
         while !rest.is_empty() {
             stats += self.next_segment(consumer, &mut rest, &consumed).await?;
         }
+        if full {
+            self.poll_max = self.grow(stats);
+            self.grown |= self.poll_max > self.config.batch_max;
+        }
         if self.rollup.len() > self.config.max_cached_rows {
             // Without waiting for the write in flight: its rows stay (see
             // `InFlight`). The owners are read again, after that write
@@ -344,6 +357,24 @@ impl Projector {
             self.owners.clear();
         }
         Ok(stats)
+    }
+
+    /// The next poll's size after a full one of `poll_max` events, which
+    /// touched `step.rows` rows: doubled, within `backlog_batch_max`, and
+    /// within the events that `step_rows_max` rows allow at the step's rows
+    /// per event. A larger step touches fewer rows per event (a token's
+    /// open rows take more of its events), so from below this converges on
+    /// the step that touches `step_rows_max` rows, without overshooting it.
+    fn grow(&self, step: StepStats) -> usize {
+        let c = &self.config;
+        let by_rows = match step.rows {
+            0 => usize::MAX,
+            rows => (self.poll_max as u128 * c.step_rows_max as u128 / rows as u128) as usize,
+        };
+        (self.poll_max * 2)
+            .min(c.backlog_batch_max)
+            .min(by_rows)
+            .max(c.batch_max)
     }
 
     /// The log is caught up and nothing is in flight: after a backlog,
@@ -416,6 +447,7 @@ impl Projector {
         let (write, report) = self.fold_segment(segment, upto).await?;
         let stats = StepStats {
             events: report.events,
+            rows: write.rows.len(),
         };
         self.settle(consumer).await?;
         let store = self.store.clone();

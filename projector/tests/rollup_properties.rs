@@ -440,7 +440,7 @@ fn projector(log: &Arc<SqliteLog>, store: &Arc<SqliteStore>) -> Projector {
         // Small, so that rows are forgotten and loaded again mid-log, with
         // a write in flight.
         max_cached_rows: 40,
-        release_memory: None,
+        ..Default::default()
     };
     Projector::new(source, store.clone(), config)
 }

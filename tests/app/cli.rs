@@ -39,6 +39,7 @@ fn each_subcommand_shows_only_its_own_flags() {
         "--scylla-write-concurrency",
         "--metrics-listen",
         "--projector-batch-max",
+        "--projector-step-rows-max",
         "--data-dir",
     ] {
         assert!(

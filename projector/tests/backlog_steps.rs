@@ -1,0 +1,78 @@
+//! Behind a backlog the projector's steps grow: each full poll doubles the
+//! next, up to `backlog_batch_max`, and only as far as the last step's rows
+//! per event let a step stay within `step_rows_max` rows — over many tokens
+//! a step's rows, not its events, are what it holds in memory.
+
+mod common;
+
+use hindsight_contracts::{AppendBatch, EventLog};
+use hindsight_projector::{Projector, ProjectorConfig, StepStats};
+use hindsight_sqlite::{EmbeddedSource, SqliteLog, SqliteStore};
+use std::sync::Arc;
+
+/// The steps that project `n` ticks over `tokens` tokens from the start of
+/// a log, with `config`'s step sizes.
+async fn steps(n: i64, tokens: i64, config: ProjectorConfig) -> Vec<StepStats> {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(SqliteLog::open(dir.path()).unwrap());
+    let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
+    log.append(AppendBatch {
+        events: common::ticks(0, n, tokens).into(),
+        idempotency: None,
+    })
+    .await
+    .unwrap();
+    let source = Arc::new(EmbeddedSource {
+        log: log.clone(),
+        store: store.clone(),
+    });
+    let mut projector = Projector::new(source, store, config);
+    let mut consumer = log.consumer(0).unwrap();
+    let mut steps = Vec::new();
+    let mut done = 0;
+    while done < n as usize {
+        let step = projector.step(&mut consumer).await.unwrap();
+        done += step.events;
+        steps.push(step);
+    }
+    steps
+}
+
+fn config(step_rows_max: usize) -> ProjectorConfig {
+    ProjectorConfig {
+        batch_max: 10,
+        backlog_batch_max: 1_000,
+        step_rows_max,
+        ..Default::default()
+    }
+}
+
+#[tokio::test]
+async fn steps_double_up_to_the_backlog_bound_while_their_rows_are_few() {
+    // Three tokens: a step of 640 ticks touches a few dozen rows.
+    let steps = steps(3_000, 3, config(1_000)).await;
+    let events: Vec<usize> = steps.iter().map(|s| s.events).collect();
+    assert_eq!(events[..8], [10, 20, 40, 80, 160, 320, 640, 1_000]);
+    assert!(steps.iter().all(|s| s.rows < 100), "{:?}", rows(&steps));
+}
+
+#[tokio::test]
+async fn steps_grow_only_as_far_as_their_rows_allow() {
+    // Every tick a new token: each touches 7 rows, one per resolution, so
+    // 350 rows allow steps of 50 events.
+    let steps = steps(2_000, 2_000, config(350)).await;
+    let events: Vec<usize> = steps.iter().map(|s| s.events).collect();
+    assert_eq!(events[..6], [10, 20, 40, 50, 50, 50], "{events:?}");
+    assert!(steps.iter().all(|s| s.rows <= 350), "{:?}", rows(&steps));
+}
+
+#[tokio::test]
+async fn steps_never_shrink_below_the_batch_for_their_rows() {
+    // 35 rows would allow 5 events: steps stay at the 10 of `batch_max`.
+    let steps = steps(200, 200, config(35)).await;
+    assert!(steps.iter().all(|s| s.events == 10), "{:?}", rows(&steps));
+}
+
+fn rows(steps: &[StepStats]) -> Vec<(usize, usize)> {
+    steps.iter().map(|s| (s.events, s.rows)).collect()
+}
