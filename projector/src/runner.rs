@@ -359,7 +359,7 @@ impl Projector {
         Ok(stats)
     }
 
-    /// The next poll's size after a full one of `poll_max` events, which
+    /// The next poll's size after a full one, whose `step.events` events
     /// touched `step.rows` rows: doubled, within `backlog_batch_max`, and
     /// within the events that `step_rows_max` rows allow at the step's rows
     /// per event. A larger step touches fewer rows per event (a token's
@@ -369,7 +369,7 @@ impl Projector {
         let c = &self.config;
         let by_rows = match step.rows {
             0 => usize::MAX,
-            rows => (self.poll_max as u128 * c.step_rows_max as u128 / rows as u128) as usize,
+            rows => (step.events as u128 * c.step_rows_max as u128 / rows as u128) as usize,
         };
         (self.poll_max * 2)
             .min(c.backlog_batch_max)
