@@ -419,9 +419,9 @@ pub struct ProjectorOpts {
     #[arg(long, env = "HINDSIGHT_PROJECTOR_BATCH_MAX")]
     pub projector_batch_max: Option<usize>,
     /// Most events in one step while the log is behind: each full poll
-    /// doubles the next, up to this, and larger steps drain a backlog with
-    /// fewer writes but hold more in memory [default: 640000; 250000 for
-    /// `rebuild`].
+    /// doubles the next, up to this (a short one sizes the next to what it
+    /// found), and larger steps drain a backlog with fewer writes but hold
+    /// more in memory [default: 640000; 250000 for `rebuild`].
     #[arg(long, env = "HINDSIGHT_PROJECTOR_BACKLOG_BATCH_MAX")]
     pub projector_backlog_batch_max: Option<usize>,
     /// Most bucket rows a grown step may touch: over many tokens a step's

@@ -1,7 +1,10 @@
 //! Behind a backlog the projector's steps grow: each full poll doubles the
 //! next, up to `backlog_batch_max`, and only as far as the last step's rows
 //! per event let a step stay within `step_rows_max` rows — over many tokens
-//! a step's rows, not its events, are what it holds in memory.
+//! a step's rows, not its events, are what it holds in memory. A poll that
+//! finds fewer events than it asked for sizes the next one to what it
+//! found: the log had caught up, and about as many arrive during the next
+//! step.
 
 mod common;
 
@@ -13,29 +16,61 @@ use std::sync::Arc;
 /// The steps that project `n` ticks over `tokens` tokens from the start of
 /// a log, with `config`'s step sizes.
 async fn steps(n: i64, tokens: i64, config: ProjectorConfig) -> Vec<StepStats> {
-    let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(SqliteLog::open(dir.path()).unwrap());
-    let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
-    log.append(AppendBatch {
-        events: common::ticks(0, n, tokens).into(),
-        idempotency: None,
-    })
-    .await
-    .unwrap();
-    let source = Arc::new(EmbeddedSource {
-        log: log.clone(),
-        store: store.clone(),
-    });
-    let mut projector = Projector::new(source, store, config);
-    let mut consumer = log.consumer(0).unwrap();
-    let mut steps = Vec::new();
-    let mut done = 0;
-    while done < n as usize {
-        let step = projector.step(&mut consumer).await.unwrap();
-        done += step.events;
-        steps.push(step);
+    let mut feed = Feed::new(config);
+    feed.append(n, tokens).await;
+    feed.project().await
+}
+
+/// A log, a store and a projector stepping through what is appended.
+struct Feed {
+    _dir: tempfile::TempDir,
+    log: Arc<SqliteLog>,
+    projector: Projector,
+    consumer: Box<dyn hindsight_contracts::LogConsumer>,
+    appended: i64,
+    projected: i64,
+}
+
+impl Feed {
+    fn new(config: ProjectorConfig) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(SqliteLog::open(dir.path()).unwrap());
+        let store = Arc::new(SqliteStore::open(dir.path()).unwrap());
+        let source = Arc::new(EmbeddedSource {
+            log: log.clone(),
+            store: store.clone(),
+        });
+        Feed {
+            projector: Projector::new(source, store, config),
+            consumer: Box::new(log.consumer(0).unwrap()),
+            log,
+            _dir: dir,
+            appended: 0,
+            projected: 0,
+        }
     }
-    steps
+
+    async fn append(&mut self, n: i64, tokens: i64) {
+        self.log
+            .append(AppendBatch {
+                events: common::ticks(self.appended, n, tokens).into(),
+                idempotency: None,
+            })
+            .await
+            .unwrap();
+        self.appended += n;
+    }
+
+    /// Steps until everything appended is projected.
+    async fn project(&mut self) -> Vec<StepStats> {
+        let mut steps = Vec::new();
+        while self.projected < self.appended {
+            let step = self.projector.step(self.consumer.as_mut()).await.unwrap();
+            self.projected += step.events as i64;
+            steps.push(step);
+        }
+        steps
+    }
 }
 
 fn config(step_rows_max: usize) -> ProjectorConfig {
@@ -71,6 +106,30 @@ async fn steps_never_shrink_below_the_batch_for_their_rows() {
     // 35 rows would allow 5 events: steps stay at the 10 of `batch_max`.
     let steps = steps(200, 200, config(35)).await;
     assert!(steps.iter().all(|s| s.events == 10), "{:?}", rows(&steps));
+}
+
+#[tokio::test]
+async fn a_poll_that_finds_fewer_events_sizes_the_next_to_what_it_found() {
+    // 300 events: 10, 20, 40, 80, then 150 of the 160 asked for.
+    let mut feed = Feed::new(config(1_000));
+    feed.append(300, 3).await;
+    let events: Vec<usize> = feed.project().await.iter().map(|s| s.events).collect();
+    assert_eq!(events, [10, 20, 40, 80, 150]);
+    // More arrive: the next step takes 150 of them, not the 10 of
+    // `batch_max`, and grows from there.
+    feed.append(1_000, 3).await;
+    let events: Vec<usize> = feed.project().await.iter().map(|s| s.events).collect();
+    assert_eq!(events, [150, 300, 550]);
+    // Fewer again: the steps follow them down.
+    feed.append(40, 3).await;
+    let events: Vec<usize> = feed.project().await.iter().map(|s| s.events).collect();
+    assert_eq!(events, [40]);
+    // An empty poll (the projector idle) returns to `batch_max`.
+    let idle = feed.projector.step(feed.consumer.as_mut()).await.unwrap();
+    assert_eq!(idle.events, 0);
+    feed.append(100, 3).await;
+    let events: Vec<usize> = feed.project().await.iter().map(|s| s.events).collect();
+    assert_eq!(events, [10, 20, 40, 30]);
 }
 
 fn rows(steps: &[StepStats]) -> Vec<(usize, usize)> {
