@@ -16,6 +16,16 @@ use std::time::{Duration, Instant};
 /// How long an entry is trusted before it is read again.
 pub const MAX_AGE: Duration = Duration::from_secs(10);
 
+/// Most tokens kept (~100 bytes each); past it the entries are dropped and
+/// read again as segments need them.
+///
+/// Why a bound of their own: they were dropped with the rollup's rows
+/// whenever those passed `max_cached_rows`, which over 20 000 tokens at
+/// 500 000 events/s was every other step, and the next segment then
+/// looked up nearly every token again, one query each (~2.5 % of the live
+/// benchmark's CPU samples, `perf`).
+pub const MAX_TOKENS: usize = 250_000;
+
 #[derive(Default)]
 pub struct Owners {
     /// Token id → the market listing it, `None` when no market does.
@@ -40,7 +50,8 @@ impl Owners {
     /// The tokens of `segment`'s ticks and snapshots not known yet (each
     /// once): look them up and pass them to [`Owners::fill`].
     pub fn missing(&mut self, segment: &[Delivered]) -> Vec<String> {
-        if self.loaded.is_some_and(|at| at.elapsed() > MAX_AGE) {
+        if self.loaded.is_some_and(|at| at.elapsed() > MAX_AGE) || self.by_token.len() > MAX_TOKENS
+        {
             self.clear();
         }
         let mut missing: FxHashSet<&str> = FxHashSet::default();
@@ -89,5 +100,38 @@ impl Owners {
             self.by_token
                 .retain(|_, owner| owner.as_deref().is_none_or(|m| !markets.contains(m)));
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hindsight_schemas::{PriceTick, Timestamp};
+
+    fn tick(token: &str) -> Delivered {
+        Delivered {
+            position: Position {
+                partition: 0,
+                offset: 0,
+            },
+            event: Event::Price(PriceTick {
+                market_id: "m".into(),
+                token_id: token.into(),
+                ts: Timestamp(0),
+                p: 0.5,
+            }),
+        }
+    }
+
+    #[test]
+    fn past_its_bound_every_owner_is_read_again() {
+        let mut owners = Owners::default();
+        let asked: Vec<String> = (0..MAX_TOKENS).map(|i| format!("t{i}")).collect();
+        owners.fill(asked, Vec::new());
+        // At the bound, a known token is not asked for again.
+        assert!(owners.missing(&[tick("t1")]).is_empty());
+        owners.fill(vec!["one more".into()], Vec::new());
+        // Past it, every entry is dropped.
+        assert_eq!(owners.missing(&[tick("t1")]), ["t1"]);
     }
 }

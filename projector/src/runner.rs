@@ -366,10 +366,10 @@ impl Projector {
         }
         if self.rollup.len() > self.config.max_cached_rows {
             // Without waiting for the write in flight: its rows stay (see
-            // `InFlight`). The owners are read again, after that write
-            // when it holds catalog records (see `next_segment`).
+            // `InFlight`). The token owners stay too: they are bounded on
+            // their own (`Owners::missing`), and the next segment would
+            // look up nearly every one of them again.
             self.rollup.forget_rows(self.config.max_cached_rows);
-            self.owners.clear();
         }
         Ok(stats)
     }
