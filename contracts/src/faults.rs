@@ -87,11 +87,13 @@ pub enum StoreFault {
 }
 
 /// A [`ProjectionStore`] that fails one `apply` as `fault` says; every
-/// other call goes to the inner store.
+/// other call goes to the inner store. It counts applies and the tokens
+/// looked up.
 pub struct FaultyStore<S> {
     inner: S,
     fault: StoreFault,
     applies: AtomicU64,
+    tokens_looked_up: AtomicU64,
 }
 
 impl<S: ProjectionStore> FaultyStore<S> {
@@ -100,12 +102,18 @@ impl<S: ProjectionStore> FaultyStore<S> {
             inner,
             fault,
             applies: AtomicU64::new(0),
+            tokens_looked_up: AtomicU64::new(0),
         }
     }
 
     /// Applies forwarded or failed so far.
     pub fn applies(&self) -> u64 {
         self.applies.load(Ordering::SeqCst)
+    }
+
+    /// Token ids asked of `lookup_tokens` so far.
+    pub fn tokens_looked_up(&self) -> u64 {
+        self.tokens_looked_up.load(Ordering::SeqCst)
     }
 }
 
@@ -124,6 +132,8 @@ impl<S: ProjectionStore> ProjectionStore for FaultyStore<S> {
     }
 
     async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
+        self.tokens_looked_up
+            .fetch_add(token_ids.len() as u64, Ordering::SeqCst);
         self.inner.lookup_tokens(token_ids).await
     }
 

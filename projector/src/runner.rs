@@ -47,10 +47,10 @@ pub struct ProjectorConfig {
     /// back full (`batch_max` or more) doubles the next one, up to this;
     /// one that finds fewer events than it asked for sizes the next to
     /// what it found, never below `batch_max` (see `Projector::poll_max`).
-    /// A step writes every
-    /// row it changed, so a coarse bucket open across many steps is
-    /// rewritten once per step: on a long tail, a backlog drained in
-    /// 20 000-event steps writes several rows per event (see `rebuild`).
+    /// A step writes every row it changed, so a coarse bucket open across
+    /// many steps is rewritten once per step: on a long tail, a backlog
+    /// drained in 20 000-event steps writes several rows per event (see
+    /// `rebuild`).
     /// And a step dirties a page per token and table it touches, whatever
     /// its events: over 20 000 tokens, 640 000-event steps drained a
     /// backlog about twice as fast as 160 000 (`hindsight-bench live`).

@@ -4,60 +4,23 @@
 
 mod common;
 
-use async_trait::async_trait;
-use hindsight_contracts::{
-    AppendBatch, Applied, EventLog, Frontiers, Position, ProjectionStore, ProjectionWrite, Result,
-    Row, RowKey, Series, TokenRef,
-};
+use hindsight_contracts::faults::{FaultyStore, StoreFault};
+use hindsight_contracts::{AppendBatch, EventLog};
 use hindsight_projector::{Projector, ProjectorConfig};
 use hindsight_sqlite::{EmbeddedSource, SqliteLog, SqliteStore};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-
-/// Counts the tokens whose owner is looked up.
-struct CountingStore {
-    inner: Arc<SqliteStore>,
-    looked_up: AtomicUsize,
-}
-
-#[async_trait]
-impl ProjectionStore for CountingStore {
-    async fn committed(&self) -> Result<Vec<Position>> {
-        self.inner.committed().await
-    }
-
-    async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
-        self.inner.load(keys).await
-    }
-
-    async fn frontiers(&self, series: Vec<Series>) -> Result<Vec<Frontiers>> {
-        self.inner.frontiers(series).await
-    }
-
-    async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
-        self.looked_up.fetch_add(token_ids.len(), Ordering::SeqCst);
-        self.inner.lookup_tokens(token_ids).await
-    }
-
-    async fn apply(&self, write: ProjectionWrite) -> Result<Applied> {
-        self.inner.apply(write).await
-    }
-
-    async fn reset(&self) -> Result<()> {
-        self.inner.reset().await
-    }
-}
 
 #[tokio::test]
 async fn forgetting_rows_keeps_the_token_owners() {
     let dir = tempfile::tempdir().unwrap();
     let log = Arc::new(SqliteLog::open(dir.path()).unwrap());
     let sqlite = Arc::new(SqliteStore::open(dir.path()).unwrap());
-    let store = Arc::new(CountingStore {
-        inner: sqlite.clone(),
-        looked_up: AtomicUsize::new(0),
-    });
-    // 50 tokens, each tick a minute after the last: every step opens new
+    // No apply fails: the store only counts the tokens looked up.
+    let store = Arc::new(FaultyStore::new(
+        sqlite.clone(),
+        StoreFault::FailApply(u64::MAX),
+    ));
+    // 50 tokens, each tick a second after the last: every step opens new
     // buckets, and 40 cached rows are passed at every step.
     let (n, tokens) = (2_000, 50);
     log.append(AppendBatch {
@@ -86,8 +49,8 @@ async fn forgetting_rows_keeps_the_token_owners() {
     }
     assert_eq!(steps, 20);
     assert_eq!(
-        store.looked_up.load(Ordering::SeqCst),
-        tokens as usize,
+        store.tokens_looked_up(),
+        tokens as u64,
         "each token's owner is read once over {steps} steps"
     );
 }
