@@ -20,10 +20,10 @@ pub const MAX_AGE: Duration = Duration::from_secs(10);
 /// read again as segments need them.
 ///
 /// Why a bound of their own: they were dropped with the rollup's rows
-/// whenever those passed `max_cached_rows`, which over 20 000 tokens at
-/// 500 000 events/s was every other step, and the next segment then
-/// looked up nearly every token again, one query each (~2.5 % of the live
-/// benchmark's CPU samples, `perf`).
+/// whenever those passed `max_cached_rows`, which a live step over many
+/// tokens soon does (it opens new rows at the finer resolutions), and the
+/// next segment then looked up nearly every token again, one query each:
+/// ~2.5 % of the live benchmark's CPU samples over 20 000 tokens (`perf`).
 pub const MAX_TOKENS: usize = 250_000;
 
 #[derive(Default)]
