@@ -30,6 +30,7 @@ mod checkpoint;
 mod db;
 mod decimal;
 mod exports;
+mod head;
 mod idempotency;
 mod limits;
 mod log;

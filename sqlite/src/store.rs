@@ -4,6 +4,7 @@
 use crate::bucketblock::{self, Entry};
 use crate::checkpoint::{Checkpointer, WRITER_BACKSTOP_PAGES};
 use crate::db::{blocking, open, Durability, Pool};
+use crate::head::{self, Head};
 use crate::limits::RateLog;
 use crate::rowcodec;
 use crate::tickblock::{self, PriceTick};
@@ -47,7 +48,14 @@ use std::time::Instant;
 /// by series first those blocks lay one to a page all over the table. An
 /// older store's blocks are copied into the new key order
 /// (`migrate_v8_price_blocks`), byte for byte.
-pub const SCHEMA_VERSION: i64 = 9;
+/// Version 10 keeps each token's newest price block at every resolution
+/// and its newest price tick block in one row of `price_heads`
+/// (`crate::head`), the others in `price_bucket_blocks_past` and
+/// `price_tick_blocks_past`; the views `price_bucket_blocks` and
+/// `price_tick_blocks` show the two parts as one, as version 9's tables
+/// were. An older store's tables are renamed and each token's newest
+/// blocks moved into its head (`migrate_v9_heads`), byte for byte.
+pub const SCHEMA_VERSION: i64 = 10;
 
 /// The code of a resolution in the bucket tables' `res` column: its width
 /// in minutes. Stored in every bucket row, so stable forever: a new
@@ -84,18 +92,20 @@ CREATE TABLE IF NOT EXISTS series_ids (sid INTEGER PRIMARY KEY, name TEXT NOT NU
 -- `bucketblock`), each with its count, `last_offset` and a value packing
 -- its sum and candle (the open and close ticks, the high and the low;
 -- none in a bucket migrated from before version 5, see `rowcodec`).
--- Keyed by time first: the blocks a step rewrites, each token's open one
--- at each resolution, lie side by side in the windows being filled
--- rather than one to a page across the table. A series' blocks are read
--- through `price_bucket_blocks_by_series`, named in each such query
--- (`INDEXED BY`): on `res = ?` the planner would rather scan the key.
-CREATE TABLE IF NOT EXISTS price_bucket_blocks (
+-- A token's newest block at each resolution is in its head
+-- (`price_heads`, `crate::head`); this table holds the others. Keyed by
+-- time first (from version 9, when it held the newest blocks too, which
+-- a step rewrites: side by side in the windows being filled rather than
+-- one to a page across the table). A series' blocks are read through
+-- `price_bucket_blocks_by_series`, named in each such query (`INDEXED
+-- BY`): on `res = ?` the planner would rather scan the key.
+CREATE TABLE IF NOT EXISTS price_bucket_blocks_past (
     sid INTEGER NOT NULL, res INTEGER NOT NULL, block INTEGER NOT NULL,
     n INTEGER NOT NULL, ticks INTEGER NOT NULL, v BLOB NOT NULL,
     PRIMARY KEY (res, block, sid)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS price_bucket_blocks_by_series
-    ON price_bucket_blocks (sid, res, block);
+    ON price_bucket_blocks_past (sid, res, block);
 CREATE TABLE IF NOT EXISTS metric_buckets (
     sid INTEGER NOT NULL, res INTEGER NOT NULL, bucket INTEGER NOT NULL,
     volume_sum REAL NOT NULL, liquidity_sum REAL NOT NULL, spread_sum REAL NOT NULL,
@@ -117,8 +127,9 @@ CREATE TABLE IF NOT EXISTS book_buckets (
 --
 -- Price ticks: a row holds `n` of a token's ticks, encoded by `tickblock`,
 -- and is keyed by the first; a tick is in the block with the greatest key
--- at or before its own.
-CREATE TABLE IF NOT EXISTS price_tick_blocks (
+-- at or before its own. A token's last block is in its head
+-- (`price_heads`); this table holds the others.
+CREATE TABLE IF NOT EXISTS price_tick_blocks_past (
     sid INTEGER NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
     log_offset INTEGER NOT NULL, n INTEGER NOT NULL, v BLOB NOT NULL,
     PRIMARY KEY (sid, ts, log_partition, log_offset)
@@ -190,10 +201,11 @@ CREATE TABLE IF NOT EXISTS api_keys (
 
 /// Tables `reset` empties: everything derived from the log. Keys are not.
 const DERIVED_TABLES: &[&str] = &[
-    "price_bucket_blocks",
+    "price_heads",
+    "price_bucket_blocks_past",
     "metric_buckets",
     "book_buckets",
-    "price_tick_blocks",
+    "price_tick_blocks_past",
     "book_ticks",
     "trades",
     "trade_ids",
@@ -472,13 +484,134 @@ fn move_v8_price_blocks(conn: &Connection) -> Result<bool> {
     Ok(sid_first)
 }
 
+/// The schema version `meta` records, if the file has one (a new file
+/// has none).
+fn stored_version(conn: &Connection) -> Result<Option<i64>> {
+    let has_meta = conn
+        .prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'")?
+        .exists([])?;
+    if !has_meta {
+        return Ok(None);
+    }
+    let v: Option<String> = conn
+        .query_row(
+            "SELECT value FROM meta WHERE key = 'schema_version'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?;
+    v.map(|v| {
+        v.parse()
+            .map_err(|_| Error::Corrupt(format!("store.db: schema_version {v:?}")))
+    })
+    .transpose()
+}
+
+/// Renames the block tables of a version 7 to 9 store (a table where
+/// version 10 has a view of the same name) to their version 10 names; the
+/// index by series follows its table. [`migrate_v9_heads`] then moves
+/// each token's newest blocks into its head.
+fn move_v9_blocks(conn: &Connection) -> Result<()> {
+    for (old, new) in [
+        ("price_bucket_blocks", "price_bucket_blocks_past"),
+        ("price_tick_blocks", "price_tick_blocks_past"),
+    ] {
+        let is_table = conn
+            .prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")?
+            .exists([old])?;
+        if is_table {
+            conn.execute_batch(&format!("ALTER TABLE {old} RENAME TO {new}"))?;
+        }
+    }
+    Ok(())
+}
+
+/// Moves each token's newest price block at each resolution and its
+/// newest tick block out of the full tables into its head (`crate::head`),
+/// bytes unchanged: the layout of version 10 for a store written before.
+fn migrate_v9_heads(conn: &Connection) -> Result<()> {
+    let started = Instant::now();
+    let mut heads: FxHashMap<i64, head::Head> = FxHashMap::default();
+    {
+        let mut newest = conn.prepare(
+            "SELECT p.sid, p.res, p.block, p.n, p.ticks, p.v FROM price_bucket_blocks_past p
+             JOIN (SELECT sid, res, MAX(block) AS block FROM price_bucket_blocks_past
+                   INDEXED BY price_bucket_blocks_by_series GROUP BY sid, res) m
+             USING (sid, res, block)",
+        )?;
+        let mut rows = newest.query([])?;
+        while let Some(r) = rows.next()? {
+            let (sid, res): (i64, i64) = (r.get(0)?, r.get(1)?);
+            let res = res_of_code(res)?;
+            heads.entry(sid).or_default().prices[res.index()] = Some(head::PriceBlock {
+                block: r.get(2)?,
+                n: r.get::<_, i64>(3)? as u64,
+                ticks: r.get::<_, i64>(4)? as u64,
+                v: r.get(5)?,
+            });
+        }
+    }
+    {
+        let mut sids = conn.prepare("SELECT DISTINCT sid FROM price_tick_blocks_past")?;
+        let sids = sids
+            .query_map([], |r| r.get::<_, i64>(0))?
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut last = conn.prepare(
+            "SELECT ts, log_partition, log_offset, n, v FROM price_tick_blocks_past
+             WHERE sid = ?1 ORDER BY ts DESC, log_partition DESC, log_offset DESC LIMIT 1",
+        )?;
+        for sid in sids {
+            let block = last.query_row([sid], |r| {
+                Ok(head::TickBlock {
+                    start: key_at(r, 0)?,
+                    n: r.get::<_, i64>(3)? as u64,
+                    v: r.get(4)?,
+                })
+            })?;
+            heads.entry(sid).or_default().ticks = Some(block);
+        }
+    }
+    let mut sids: Vec<i64> = heads.keys().copied().collect();
+    sids.sort_unstable();
+    for sid in &sids {
+        let h = &heads[sid];
+        for (r, p) in Resolution::ALL.iter().zip(&h.prices) {
+            if let Some(p) = p {
+                conn.prepare_cached(
+                    "DELETE FROM price_bucket_blocks_past WHERE res = ?1 AND block = ?2 AND sid = ?3",
+                )?
+                .execute(params![res_code(*r), p.block, sid])?;
+            }
+        }
+        if let Some(t) = &h.ticks {
+            conn.prepare_cached(
+                "DELETE FROM price_tick_blocks_past
+                 WHERE sid = ?1 AND ts = ?2 AND log_partition = ?3 AND log_offset = ?4",
+            )?
+            .execute(params![
+                sid,
+                t.start.ts.millis(),
+                t.start.partition,
+                t.start.offset as i64
+            ])?;
+        }
+        h.write(conn, *sid)?;
+    }
+    tracing::info!(
+        heads = sids.len(),
+        seconds = started.elapsed().as_secs_f64(),
+        "store.db: each token's newest blocks moved into its head (schema version {SCHEMA_VERSION})"
+    );
+    Ok(())
+}
+
 /// Copies version 8's price blocks into the table keyed by time first, in
 /// its key order, and drops the old table. The blocks are the same bytes:
 /// only their key order changes.
 fn migrate_v8_price_blocks(conn: &Connection) -> Result<()> {
     let started = Instant::now();
     let n = conn.execute(
-        "INSERT INTO price_bucket_blocks (sid, res, block, n, ticks, v)
+        "INSERT INTO price_bucket_blocks_past (sid, res, block, n, ticks, v)
          SELECT sid, res, block, n, ticks, v FROM v8_price_bucket_blocks ORDER BY res, block, sid",
         [],
     )?;
@@ -519,10 +652,15 @@ fn put_migrated(
 /// The width in ms of the resolution stored as `code` ([`res_code`]);
 /// `Corrupt` for a code no resolution has.
 fn width_of_code(code: i64) -> Result<i64> {
+    res_of_code(code).map(Resolution::width_ms)
+}
+
+/// The resolution stored as `code` ([`res_code`]); `Corrupt` for a code
+/// no resolution has.
+fn res_of_code(code: i64) -> Result<Resolution> {
     Resolution::ALL
         .into_iter()
         .find(|r| res_code(*r) == code)
-        .map(Resolution::width_ms)
         .ok_or_else(|| Error::Corrupt(format!("unknown resolution code {code}")))
 }
 
@@ -611,15 +749,22 @@ impl SqliteStore {
         // One transaction: a crash mid-migration leaves the old layout, and
         // of several processes opening one file the first migrates it.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let headless = stored_version(&tx)?.is_some_and(|v| v < 10);
         let moved = move_old_series_tables(&tx)?;
         let v8_blocks = move_v8_price_blocks(&tx)?;
+        move_v9_blocks(&tx)?;
         tx.execute_batch(SCHEMA)?;
+        tx.execute_batch(head::table_sql())?;
+        tx.execute_batch(head::views_sql())?;
         migrate_catalog(&tx)?;
         migrate_series_tables(&tx, &moved)?;
         migrate_v6_price_ticks(&tx)?;
         migrate_v7_price_buckets(&tx)?;
         if v8_blocks {
             migrate_v8_price_blocks(&tx)?;
+        }
+        if headless {
+            migrate_v9_heads(&tx)?;
         }
         tx.execute(
             "INSERT OR REPLACE INTO meta (key, value) VALUES ('schema_version', ?1)",
@@ -717,8 +862,14 @@ fn load_one(conn: &Connection, sid: i64, key: &RowKey) -> Result<Option<Row>> {
     let row = match key.table {
         Table::Prices => {
             let at = price_block_of(sid, key);
-            let Some(v) = read_price_block(conn, at)? else {
-                return Ok(None);
+            // Nothing is stored past the head's window (`crate::head`).
+            let v = match head::price_block(conn, sid, key.res)? {
+                Some(newest) if newest.block == at.2 => newest.v,
+                Some(newest) if newest.block > at.2 => match read_price_block(conn, at)? {
+                    Some(v) => v,
+                    None => return Ok(None),
+                },
+                _ => return Ok(None),
             };
             let bucket = key.bucket.millis();
             let mut entries = bucketblock::entries(&v, at.2, key.res.width_ms());
@@ -780,22 +931,18 @@ fn frontier(conn: &Connection, table: Table, sid: i64, res: Resolution) -> Resul
     let k = params![sid, res_code(res)];
     let last = match table {
         Table::Prices => {
-            let block: Option<(i64, Vec<u8>)> = conn
-                .prepare_cached(
-                    "SELECT block, v FROM price_bucket_blocks INDEXED BY price_bucket_blocks_by_series
-                     WHERE sid = ?1 AND res = ?2 ORDER BY block DESC LIMIT 1",
-                )?
-                .query_row(k, |r| Ok((r.get(0)?, r.get(1)?)))
-                .optional()?;
-            match block {
-                Some((block, v)) => match bucketblock::entries(&v, block, width).last() {
-                    Some(e) => Some(e?.bucket),
-                    None => {
-                        return Err(Error::Corrupt(format!(
-                            "price block {block} of series {sid} is empty"
-                        )))
+            // The head holds the series' newest block (`crate::head`).
+            match head::price_block(conn, sid, res)? {
+                Some(head::PriceBlock { block, v, .. }) => {
+                    match bucketblock::entries(&v, block, width).last() {
+                        Some(e) => Some(e?.bucket),
+                        None => {
+                            return Err(Error::Corrupt(format!(
+                                "price block {block} of series {sid} is empty"
+                            )))
+                        }
                     }
-                },
+                }
                 None => None,
             }
         }
@@ -1002,7 +1149,7 @@ fn read_price_block(conn: &Connection, at: (i64, i64, i64)) -> Result<Option<Vec
 }
 
 const READ_PRICE_BLOCK: &str =
-    "SELECT v FROM price_bucket_blocks WHERE sid = ?1 AND res = ?2 AND block = ?3";
+    "SELECT v FROM price_bucket_blocks_past WHERE sid = ?1 AND res = ?2 AND block = ?3";
 
 /// The statements an `apply` writes with, each prepared once for the whole
 /// step: looking a statement up in the connection's cache and handing it
@@ -1035,7 +1182,7 @@ impl Insert {
             // An update in place: the index by series changes only for a
             // new block, where a replace would delete and insert its entry.
             Insert::PriceBlock => {
-                "INSERT INTO price_bucket_blocks VALUES (?1, ?2, ?3, ?4, ?5, ?6)
+                "INSERT INTO price_bucket_blocks_past VALUES (?1, ?2, ?3, ?4, ?5, ?6)
                  ON CONFLICT (res, block, sid)
                  DO UPDATE SET n = excluded.n, ticks = excluded.ticks, v = excluded.v"
             }
@@ -1049,12 +1196,12 @@ impl Insert {
             // starting at or before the caller's least key (it stops
             // reading there).
             Insert::ReadTickBlocks => {
-                "SELECT ts, log_partition, log_offset, v FROM price_tick_blocks
+                "SELECT ts, log_partition, log_offset, v FROM price_tick_blocks_past
                  WHERE sid = ?1 AND (ts, log_partition, log_offset) <= (?2, ?3, ?4)
                  ORDER BY ts DESC, log_partition DESC, log_offset DESC"
             }
             Insert::TickBlock => {
-                "INSERT OR REPLACE INTO price_tick_blocks VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+                "INSERT OR REPLACE INTO price_tick_blocks_past VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
             }
             Insert::BookTick => "INSERT OR REPLACE INTO book_ticks VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
             Insert::TradeId => "INSERT OR IGNORE INTO trade_ids VALUES (?1, ?2, ?3, ?4)",
@@ -1084,20 +1231,25 @@ impl<'t> Inserts<'t> {
         Ok(slot.as_mut().expect("prepared above"))
     }
 
-    /// Writes a run of price rows (in key order) into their blocks: each
-    /// block a row falls in is read, the run's rows of it merged in (each
-    /// replacing the stored bucket it keys) and written back once. The
-    /// new values and the merged block are built in buffers kept for the
-    /// run: a live step rewrites hundreds of thousands of blocks, and an
-    /// allocation per value and per block showed in its profile.
-    fn price_rows(&mut self, run: &[(RowOrder, &Row)]) -> Result<()> {
+    /// Writes a run of price rows of one token (in key order) into their
+    /// blocks: the rows of each block are merged in (each replacing the
+    /// stored bucket it keys) and the block written once. A block of the
+    /// head's window at its resolution is the head's, and a block past it
+    /// becomes the head's, the block it held going to the full table (see
+    /// [`crate::head`]); a block behind it is read from the full table and
+    /// written back there. The new values and the merged block are built
+    /// in buffers kept for the run: a live step rewrites hundreds of
+    /// thousands of blocks, and an allocation per value and per block
+    /// showed in its profile.
+    fn price_rows(&mut self, head: &mut Head, run: &[(RowOrder, &Row)]) -> Result<()> {
         let at = |((_, sid, ..), row): &(RowOrder, &Row)| price_block_of(*sid, &row.key);
         // The new values end to end, each row's count and where its value
         // ends, and the merged block.
         let (mut values, mut parts, mut merged) = (Vec::new(), Vec::new(), Vec::new());
         for rows in run.chunk_by(|a, b| at(a) == at(b)) {
             let (sid, res, block) = at(&rows[0]);
-            let width = rows[0].1.key.res.width_ms();
+            let resolution = rows[0].1.key.res;
+            let width = resolution.width_ms();
             values.clear();
             parts.clear();
             merged.clear();
@@ -1111,17 +1263,41 @@ impl<'t> Inserts<'t> {
                 last_offset: row.last_offset,
                 v: &values[i.checked_sub(1).map_or(0, |j| parts[j].1)..parts[i].1],
             });
-            let (n, ticks) = {
-                let mut found = self
-                    .get(Insert::ReadPriceBlock)?
-                    .query(params![sid, res, block])?;
-                let stored = match found.next()? {
-                    Some(r) => blob(r, 0)?,
-                    None => &[],
-                };
-                bucketblock::merge_into(&mut merged, stored, block, width, new)?
-            };
-            self.put_price_block((sid, res, block), (n, ticks), &merged)?;
+            let newest = &mut head.prices[resolution.index()];
+            match newest.as_ref().map(|h| block.cmp(&h.block)) {
+                Some(std::cmp::Ordering::Less) => {
+                    let counts = {
+                        let mut found = self
+                            .get(Insert::ReadPriceBlock)?
+                            .query(params![sid, res, block])?;
+                        let stored = match found.next()? {
+                            Some(r) => blob(r, 0)?,
+                            None => &[],
+                        };
+                        bucketblock::merge_into(&mut merged, stored, block, width, new)?
+                    };
+                    self.put_price_block((sid, res, block), counts, &merged)?;
+                }
+                Some(std::cmp::Ordering::Equal) => {
+                    let h = newest.as_mut().expect("compared above");
+                    (h.n, h.ticks) = bucketblock::merge_into(&mut merged, &h.v, block, width, new)?;
+                    std::mem::swap(&mut h.v, &mut merged);
+                }
+                _ => {
+                    // A newer window: the head's block, if any, is behind
+                    // it from now on.
+                    if let Some(h) = newest.take() {
+                        self.put_price_block((sid, res, h.block), (h.n, h.ticks), &h.v)?;
+                    }
+                    let (n, ticks) = bucketblock::merge_into(&mut merged, &[], block, width, new)?;
+                    *newest = Some(head::PriceBlock {
+                        block,
+                        n,
+                        ticks,
+                        v: std::mem::take(&mut merged),
+                    });
+                }
+            }
         }
         Ok(())
     }
@@ -1151,7 +1327,11 @@ impl<'t> Inserts<'t> {
         let (res, bucket) = (res_code(k.res), k.bucket.millis());
         let last = row.last_offset as i64;
         match &row.value {
-            RowValue::Price { .. } => self.price_rows(&[(key_order(sid, k), row)])?,
+            RowValue::Price { .. } => {
+                return Err(Error::Corrupt(
+                    "a price row among the rows written one by one: they go through heads".into(),
+                ))
+            }
             RowValue::Metrics {
                 volume_sum,
                 liquidity_sum,
@@ -1192,10 +1372,17 @@ impl<'t> Inserts<'t> {
 
     /// Writes one token's price ticks of a step (in key order; of two with
     /// one key the later wins, as a row written twice would) into its
-    /// blocks, by the rules of [`crate::tickblock`]: each block the ticks
-    /// fall in is read, merged and written back, cut in pieces if it
-    /// outgrew the cap; ticks before every block make blocks of their own.
-    fn price_ticks(&mut self, sid: i64, ticks: impl Iterator<Item = PriceTick>) -> Result<()> {
+    /// blocks, by the rules of [`crate::tickblock`]: ticks from the start
+    /// of the head's block on are merged into it, and when it outgrows the
+    /// cap its pieces but the last go to the full table, the last staying
+    /// the head's (see [`crate::head`]); ticks before it go to the blocks
+    /// of the full table ([`Inserts::past_price_ticks`]).
+    fn price_ticks(
+        &mut self,
+        head: &mut Head,
+        sid: i64,
+        ticks: impl Iterator<Item = PriceTick>,
+    ) -> Result<()> {
         let mut new: Vec<PriceTick> = Vec::with_capacity(ticks.size_hint().0);
         for t in ticks {
             match new.last_mut() {
@@ -1203,6 +1390,40 @@ impl<'t> Inserts<'t> {
                 _ => new.push(t),
             }
         }
+        let behind = head
+            .ticks
+            .as_ref()
+            .map_or(0, |h| new.partition_point(|t| t.0 < h.start));
+        self.past_price_ticks(sid, &new[..behind])?;
+        let after = &new[behind..];
+        if after.is_empty() {
+            return Ok(());
+        }
+        let merged = match head.ticks.take() {
+            Some(h) => tickblock::merge(tickblock::decode(h.start, &h.v)?, after),
+            None => after.to_vec(),
+        };
+        let mut pieces = tickblock::pieces(&merged).peekable();
+        while let Some(piece) = pieces.next() {
+            if pieces.peek().is_some() {
+                self.put_price_blocks(sid, piece)?;
+            } else {
+                head.ticks = Some(head::TickBlock {
+                    start: piece[0].0,
+                    n: piece.len() as u64,
+                    v: tickblock::encode(piece),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes price ticks of one token (in key order, distinct keys), all
+    /// before its head's block, into the blocks of the full table: each
+    /// block the ticks fall in is read, merged and written back, cut in
+    /// pieces if it outgrew the cap; ticks before every block make blocks
+    /// of their own.
+    fn past_price_ticks(&mut self, sid: i64, new: &[PriceTick]) -> Result<()> {
         let (Some(&(first, _)), Some(&(last, _))) = (new.first(), new.last()) else {
             return Ok(());
         };
@@ -1225,7 +1446,7 @@ impl<'t> Inserts<'t> {
             }
         }
         stored.reverse();
-        let mut rest = &new[..];
+        let mut rest = new;
         if let Some((start, _)) = stored.first() {
             let before = rest.partition_point(|t| t.0 < *start);
             self.put_price_blocks(sid, &rest[..before])?;
@@ -1727,10 +1948,13 @@ impl ProjectionStore for SqliteStore {
             ticks.sort_by_key(|(sid, tick)| tick_order(*sid, tick));
             {
                 let mut inserts = Inserts::new(&tx);
-                // A series' rows of one table are one run.
+                // A series' rows of one table are one run. A token's price
+                // rows and price ticks go through its head, read and
+                // written once (`crate::head`), in sid order.
+                let mut price_rows = Vec::new();
                 for run in rows.chunk_by(|a, b| (a.0 .0, a.0 .1) == (b.0 .0, b.0 .1)) {
                     match run[0].0 .0 {
-                        Table::Prices => inserts.price_rows(run)?,
+                        Table::Prices => price_rows.push(run),
                         _ => {
                             for ((_, sid, ..), row) in run {
                                 inserts.row(*sid, row)?;
@@ -1738,9 +1962,25 @@ impl ProjectionStore for SqliteStore {
                         }
                     }
                 }
-                for token in prices.chunk_by(|a, b| a.0 .0 == b.0 .0) {
-                    let ticks = token.iter().map(|(order, p)| (tick_key(order), *p));
-                    inserts.price_ticks(token[0].0 .0, ticks)?;
+                let mut price_rows = price_rows.into_iter().peekable();
+                let mut price_ticks = prices.chunk_by(|a, b| a.0 .0 == b.0 .0).peekable();
+                loop {
+                    let rows_sid = price_rows.peek().map(|run| run[0].0 .1);
+                    let ticks_sid = price_ticks.peek().map(|token| token[0].0 .0);
+                    let Some(sid) = rows_sid.into_iter().chain(ticks_sid).min() else {
+                        break;
+                    };
+                    let mut head = Head::read(&tx, sid)?;
+                    if rows_sid == Some(sid) {
+                        let run = price_rows.next().expect("peeked");
+                        inserts.price_rows(&mut head, run)?;
+                    }
+                    if ticks_sid == Some(sid) {
+                        let token = price_ticks.next().expect("peeked");
+                        let ticks = token.iter().map(|(order, p)| (tick_key(order), *p));
+                        inserts.price_ticks(&mut head, sid, ticks)?;
+                    }
+                    head.write(&tx, sid)?;
                 }
                 for (sid, tick) in &ticks {
                     inserts.tick(*sid, tick)?;
@@ -1774,11 +2014,26 @@ impl ProjectionStore for SqliteStore {
     }
 }
 
+/// The sid of `name`, if it has one.
+fn sid_of(conn: &Connection, name: &str) -> Result<Option<i64>> {
+    Ok(conn
+        .prepare_cached("SELECT sid FROM series_ids WHERE name = ?1")?
+        .query_row([name], |r| r.get::<_, i64>(0))
+        .optional()?)
+}
+
+/// What [`price_blocks`] calls with each block: its start, count and blob,
+/// and the next block's start; it answers whether to go on.
+type TickBlockVisit<'v> = dyn FnMut(TickKey, u64, &[u8], Option<TickKey>) -> Result<bool> + 'v;
+
 /// Visits, in key order, the price tick blocks of `id` that may hold
 /// ticks at or after `from` and before `end`: from the block holding
 /// `from` (the one starting at or before it, or the first) to the last
 /// starting before `end`. `visit` gets each block's start, count and blob
 /// and the next block's start, if one was read, and says whether to go on.
+/// The full table and the head are read in one transaction, so a block
+/// moving from one to the other (a write committing between two reads)
+/// is seen once.
 fn price_blocks(
     conn: &Connection,
     id: &str,
@@ -1786,16 +2041,28 @@ fn price_blocks(
     end: Timestamp,
     mut visit: impl FnMut(TickKey, u64, &[u8], Option<TickKey>) -> Result<bool>,
 ) -> Result<()> {
-    let Some(sid) = conn
-        .prepare_cached("SELECT sid FROM series_ids WHERE name = ?1")?
-        .query_row([id], |r| r.get::<_, i64>(0))
-        .optional()?
-    else {
+    let tx = conn.unchecked_transaction()?;
+    let Some(sid) = sid_of(&tx, id)? else {
         return Ok(());
     };
-    let holder = conn
+    // A token with no head block has no ticks (`crate::head`).
+    let Some(newest) = head::tick_block(&tx, sid)? else {
+        return Ok(());
+    };
+    // The head's block, visited last: it holds every tick from its start
+    // on, after every block of the full table.
+    let visit_newest = |visit: &mut TickBlockVisit| {
+        if newest.start.ts < end {
+            visit(newest.start, newest.n, &newest.v, None)?;
+        }
+        Ok(())
+    };
+    if newest.start <= from {
+        return visit_newest(&mut visit);
+    }
+    let holder = tx
         .prepare_cached(
-            "SELECT ts, log_partition, log_offset FROM price_tick_blocks
+            "SELECT ts, log_partition, log_offset FROM price_tick_blocks_past
              WHERE sid = ?1 AND (ts, log_partition, log_offset) <= (?2, ?3, ?4)
              ORDER BY ts DESC, log_partition DESC, log_offset DESC LIMIT 1",
         )?
@@ -1807,27 +2074,32 @@ fn price_blocks(
     let first = holder.map_or((i64::MIN, 0, 0), |k| {
         (k.ts.millis(), k.partition as i64, k.offset as i64)
     });
-    let mut stmt = conn.prepare_cached(
-        "SELECT ts, log_partition, log_offset, n, v FROM price_tick_blocks
-         WHERE sid = ?1 AND (ts, log_partition, log_offset) >= (?2, ?3, ?4) AND ts < ?5
-         ORDER BY ts, log_partition, log_offset",
-    )?;
-    let mut rows = stmt.query(params![sid, first.0, first.1, first.2, end.millis()])?;
-    // One block behind, so each is visited knowing where the next starts.
-    let mut held: Option<(TickKey, u64, Vec<u8>)> = None;
-    while let Some(r) = rows.next()? {
-        let start = key_at(r, 0)?;
-        if let Some((at, n, v)) = held.take() {
-            if !visit(at, n, &v, Some(start))? {
+    {
+        let mut stmt = tx.prepare_cached(
+            "SELECT ts, log_partition, log_offset, n, v FROM price_tick_blocks_past
+             WHERE sid = ?1 AND (ts, log_partition, log_offset) >= (?2, ?3, ?4) AND ts < ?5
+             ORDER BY ts, log_partition, log_offset",
+        )?;
+        let mut rows = stmt.query(params![sid, first.0, first.1, first.2, end.millis()])?;
+        // One block behind, so each is visited knowing where the next starts.
+        let mut held: Option<(TickKey, u64, Vec<u8>)> = None;
+        while let Some(r) = rows.next()? {
+            let start = key_at(r, 0)?;
+            if let Some((at, n, v)) = held.take() {
+                if !visit(at, n, &v, Some(start))? {
+                    return Ok(());
+                }
+            }
+            held = Some((start, r.get::<_, i64>(3)? as u64, blob(r, 4)?.to_vec()));
+        }
+        // The head's block starts after every block of the full table.
+        if let Some((at, n, v)) = held {
+            if !visit(at, n, &v, Some(newest.start))? {
                 return Ok(());
             }
         }
-        held = Some((start, r.get::<_, i64>(3)? as u64, blob(r, 4)?.to_vec()));
     }
-    if let Some((at, n, v)) = held {
-        visit(at, n, &v, None)?;
-    }
-    Ok(())
+    visit_newest(&mut visit)
 }
 
 /// The price ticks of `id` in `range`, read from their blocks.
@@ -1874,13 +2146,48 @@ fn count_price_ticks(conn: &Connection, id: &str, start: i64, end: i64) -> Resul
     Ok(n)
 }
 
-/// The blocks of `id`'s price buckets whose windows overlap `start..end`
-/// at resolution code `res`: the first may start up to a window before
-/// `start`. In key order, so a caller may stop reading at any block.
+/// The blocks of a series' price buckets in the full table (its head holds
+/// the newest, see `crate::head`) whose windows overlap `?3..?4` at
+/// resolution code `?2`: the first may start up to a window before. In
+/// key order, so a caller may stop reading at any block.
 const PRICE_BLOCKS_IN_RANGE: &str = "SELECT block, n, v
-     FROM price_bucket_blocks INDEXED BY price_bucket_blocks_by_series
-     WHERE sid = (SELECT sid FROM series_ids WHERE name = ?1) AND res = ?2
-     AND block > ?3 AND block < ?4 ORDER BY block";
+     FROM price_bucket_blocks_past INDEXED BY price_bucket_blocks_by_series
+     WHERE sid = ?1 AND res = ?2 AND block > ?3 AND block < ?4 ORDER BY block";
+
+/// Visits the price blocks of `id` at `res` whose windows overlap
+/// `start..end`, in order: `visit` gets each block's start, `n` and blob
+/// and says whether to go on. The full table's, then the head's, read in
+/// one transaction (see [`price_blocks`]).
+fn price_bucket_blocks(
+    conn: &Connection,
+    id: &str,
+    res: Resolution,
+    (start, end): (i64, i64),
+    mut visit: impl FnMut(i64, u64, &[u8]) -> Result<bool>,
+) -> Result<()> {
+    let tx = conn.unchecked_transaction()?;
+    let Some(sid) = sid_of(&tx, id)? else {
+        return Ok(());
+    };
+    // A series with no head block at `res` has no buckets there.
+    let Some(newest) = head::price_block(&tx, sid, res)? else {
+        return Ok(());
+    };
+    let after = start.saturating_sub(bucketblock::BLOCK_BUCKETS * res.width_ms());
+    {
+        let mut stmt = tx.prepare_cached(PRICE_BLOCKS_IN_RANGE)?;
+        let mut rows = stmt.query(params![sid, res_code(res), after, end.min(newest.block)])?;
+        while let Some(r) = rows.next()? {
+            if !visit(r.get(0)?, r.get::<_, i64>(1)? as u64, blob(r, 2)?)? {
+                return Ok(());
+            }
+        }
+    }
+    if newest.block > after && newest.block < end {
+        visit(newest.block, newest.n, &newest.v)?;
+    }
+    Ok(())
+}
 
 /// Visits the price buckets of `id` in `range`, in bucket order, up to
 /// `range.limit` of them.
@@ -1892,49 +2199,40 @@ fn price_buckets(
 ) -> Result<()> {
     let width = range.res.width_ms();
     let (start, end) = (range.start.millis(), range.end.millis());
-    let mut stmt = conn.prepare_cached(PRICE_BLOCKS_IN_RANGE)?;
-    let mut rows = stmt.query(params![
-        id,
-        res_code(range.res),
-        start.saturating_sub(bucketblock::BLOCK_BUCKETS * width),
-        end
-    ])?;
     let mut n = 0;
-    while let Some(r) = rows.next()? {
-        for e in bucketblock::entries(blob(r, 2)?, r.get(0)?, width) {
+    price_bucket_blocks(conn, id, range.res, (start, end), |block, _, v| {
+        for e in bucketblock::entries(v, block, width) {
             let e = e?;
             if e.bucket < start {
                 continue;
             }
             if e.bucket >= end || n == range.limit {
-                return Ok(());
+                return Ok(false);
             }
             visit(e)?;
             n += 1;
         }
-    }
-    Ok(())
+        Ok(true)
+    })
 }
 
 /// How many price buckets of `id` a range holds ([`range_params`]): a block
 /// wholly inside counts its `n` unread; one across an edge is decoded.
 fn count_price_buckets(conn: &Connection, p: &(String, i64, i64, i64)) -> Result<u64> {
-    let (id, res, start, end) = (&p.0, p.1, p.2, p.3);
-    let width = width_of_code(res)?;
+    let (id, res, start, end) = (&p.0, res_of_code(p.1)?, p.2, p.3);
+    let width = res.width_ms();
     let span = bucketblock::BLOCK_BUCKETS * width;
-    let mut stmt = conn.prepare_cached(PRICE_BLOCKS_IN_RANGE)?;
-    let mut rows = stmt.query(params![id, res, start.saturating_sub(span), end])?;
     let mut n = 0;
-    while let Some(r) = rows.next()? {
-        let block: i64 = r.get(0)?;
+    price_bucket_blocks(conn, id, res, (start, end), |block, count, v| {
         if block >= start && block.saturating_add(span) <= end {
-            n += r.get::<_, i64>(1)? as u64;
+            n += count;
         } else {
-            for e in bucketblock::entries(blob(r, 2)?, block, width) {
+            for e in bucketblock::entries(v, block, width) {
                 n += u64::from((start..end).contains(&e?.bucket));
             }
         }
-    }
+        Ok(true)
+    })?;
     Ok(n)
 }
 

@@ -15,7 +15,10 @@
 //!   bucket read as before from version 8's blocks;
 //! - a `store.db` of version 8 (price blocks keyed by series first)
 //!   answers every bucket read as before with version 9's blocks keyed by
-//!   time first, the same bytes.
+//!   time first, the same bytes;
+//! - a `store.db` of version 9 (every block in the full tables) answers
+//!   every bucket and tick read as before with version 10's heads, which
+//!   hold each token's newest blocks, the same bytes.
 
 use hindsight_contracts::{Position, ProjectionStore, ProjectionWrite, ReadStore};
 use hindsight_schemas::{codec, Event, MarketRecord, Timestamp, Token};
@@ -1119,9 +1122,36 @@ fn price_blocks(db: &std::path::Path) -> Vec<(i64, i64, i64, i64, i64, Vec<u8>)>
         .unwrap()
 }
 
-/// `price_bucket_blocks` as version 8 created it, keyed by series first:
-/// a store written by this version is put back in that layout (the blocks'
-/// bytes are the same in both).
+/// The block tables as version 9 created them, each holding every block
+/// (version 10 keeps each token's newest in its head, `price_heads`): a
+/// store written by this version is put back in that layout (the blocks'
+/// bytes are the same in both), the views' rows becoming the tables'.
+const TO_V9_BLOCKS: &str = "
+CREATE TABLE v9_buckets (
+    sid INTEGER NOT NULL, res INTEGER NOT NULL, block INTEGER NOT NULL,
+    n INTEGER NOT NULL, ticks INTEGER NOT NULL, v BLOB NOT NULL,
+    PRIMARY KEY (res, block, sid)
+) WITHOUT ROWID;
+INSERT INTO v9_buckets SELECT sid, res, block, n, ticks, v FROM price_bucket_blocks;
+CREATE TABLE v9_ticks (
+    sid INTEGER NOT NULL, ts INTEGER NOT NULL, log_partition INTEGER NOT NULL,
+    log_offset INTEGER NOT NULL, n INTEGER NOT NULL, v BLOB NOT NULL,
+    PRIMARY KEY (sid, ts, log_partition, log_offset)
+) WITHOUT ROWID;
+INSERT INTO v9_ticks SELECT sid, ts, log_partition, log_offset, n, v FROM price_tick_blocks;
+DROP VIEW price_bucket_blocks;
+DROP VIEW price_tick_blocks;
+DROP TABLE price_heads;
+DROP TABLE price_bucket_blocks_past;
+DROP TABLE price_tick_blocks_past;
+ALTER TABLE v9_buckets RENAME TO price_bucket_blocks;
+CREATE INDEX price_bucket_blocks_by_series ON price_bucket_blocks (sid, res, block);
+ALTER TABLE v9_ticks RENAME TO price_tick_blocks;
+UPDATE meta SET value = '9' WHERE key = 'schema_version';
+";
+
+/// `price_bucket_blocks` as version 8 created it, keyed by series first
+/// (after [`TO_V9_BLOCKS`]).
 const TO_V8_PRICE_BLOCKS: &str = "
 CREATE TABLE v8 (
     sid INTEGER NOT NULL, res INTEGER NOT NULL, block INTEGER NOT NULL,
@@ -1156,10 +1186,10 @@ async fn a_version_8_store_keeps_its_price_blocks_keyed_by_time_first() {
         (v8_reads(&store, t).await, price_blocks(&db))
     };
     assert_eq!(blocks.len(), 5, "tok-a's 1m rows fill two windows");
-    rusqlite::Connection::open(&db)
-        .unwrap()
-        .execute_batch(TO_V8_PRICE_BLOCKS)
-        .unwrap();
+    let conn = rusqlite::Connection::open(&db).unwrap();
+    conn.execute_batch(TO_V9_BLOCKS).unwrap();
+    conn.execute_batch(TO_V8_PRICE_BLOCKS).unwrap();
+    drop(conn);
     for round in 0..2 {
         let store = SqliteStore::open(dir.path()).unwrap();
         assert_eq!(v8_reads(&store, t).await, reads, "round {round}");
@@ -1168,7 +1198,7 @@ async fn a_version_8_store_keeps_its_price_blocks_keyed_by_time_first() {
         let conn = assert_migrated(&db, "v8_price_bucket_blocks");
         let key = names(
             &conn,
-            "SELECT name FROM pragma_table_info('price_bucket_blocks') WHERE pk > 0 ORDER BY pk",
+            "SELECT name FROM pragma_table_info('price_bucket_blocks_past') WHERE pk > 0 ORDER BY pk",
         );
         assert_eq!(key, ["res", "block", "sid"]);
         let by_series = names(
@@ -1199,6 +1229,142 @@ async fn a_version_8_store_keeps_its_price_blocks_keyed_by_time_first() {
             })
             .await
             .unwrap();
+    }
+    assert_eq!(v8_reads(&written, t).await, after);
+    assert_eq!(
+        price_blocks(&db),
+        price_blocks(&fresh.path().join("store.db"))
+    );
+}
+
+/// Every price tick block of the store at `db`, in series order.
+fn tick_blocks(db: &std::path::Path) -> Vec<(i64, i64, i64, i64, Vec<u8>)> {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .prepare("SELECT sid, ts, log_offset, n, v FROM price_tick_blocks ORDER BY 1, 2, 3")
+        .unwrap()
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap()
+}
+
+/// What the tick reads of the version 9 test answer: each token's ticks
+/// and their count from three points (before the first, inside a block
+/// behind the head, inside the head's).
+async fn v9_tick_reads(store: &SqliteStore, t: i64) -> Vec<String> {
+    use hindsight_contracts::{TickKey, TickKind, TickRange};
+    let mut out = Vec::new();
+    for id in ["tok-a", "tok-b"] {
+        for from in [t - 1, t + 70 * 60_000, t + 199 * 60_000] {
+            let range = TickRange {
+                from: TickKey {
+                    ts: Timestamp(from),
+                    partition: 0,
+                    offset: 0,
+                },
+                end: Timestamp(t + 300 * 60_000),
+                limit: 1_000,
+            };
+            let end = range.end;
+            let ticks = store.ticks(TickKind::Price, id, range).await.unwrap();
+            out.push(format!("{id} from {from}: {ticks:?}"));
+            let n = store
+                .count_ticks(TickKind::Price, id, Timestamp(from), end)
+                .await
+                .unwrap();
+            out.push(format!("{id} from {from}: {n} ticks"));
+        }
+    }
+    out
+}
+
+/// 200 price ticks of `tok-a` a minute apart (several tick blocks, several
+/// 1m windows), and one of `tok-b`.
+fn v9_ticks(t: i64) -> Vec<hindsight_contracts::Tick> {
+    use hindsight_contracts::{Tick, TickKey, TickValue};
+    (0..201)
+        .map(|i| Tick {
+            token_id: if i < 200 { "tok-a" } else { "tok-b" }.into(),
+            key: TickKey {
+                ts: Timestamp(t + (i % 200) * 60_000),
+                partition: 0,
+                offset: i as u64,
+            },
+            value: TickValue::Price {
+                p: 0.5 + (i % 7) as f64 / 100.0,
+            },
+        })
+        .collect()
+}
+
+/// A store of version 9 opens under version 10 with each token's newest
+/// price block at each resolution and its newest tick block in its head,
+/// moved out of the full tables: the same blocks, byte for byte, through
+/// the views; every bucket and tick read answers as before; a later write
+/// lands as on a store written by this version; opening again changes
+/// nothing.
+#[tokio::test]
+async fn a_version_9_store_keeps_its_newest_blocks_in_heads() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("store.db");
+    let t = 1_756_684_800_000;
+    let write = |step: u64| ProjectionWrite {
+        rows: v8_rows(t, step),
+        ticks: if step == 0 { v9_ticks(t) } else { Vec::new() },
+        ..Default::default()
+    };
+    let (reads, ticks, blocks) = {
+        let store = SqliteStore::open(dir.path()).unwrap();
+        store.apply(write(0)).await.unwrap();
+        let reads = (v8_reads(&store, t).await, v9_tick_reads(&store, t).await);
+        assert!(reads.1.iter().any(|r| r.contains("200 ticks")), "{reads:?}");
+        (reads, tick_blocks(&db), price_blocks(&db))
+    };
+    assert_eq!(blocks.len(), 5, "tok-a's 1m rows fill two windows");
+    assert!(
+        ticks.len() >= 4,
+        "tok-a's ticks fill several blocks: {ticks:?}"
+    );
+    rusqlite::Connection::open(&db)
+        .unwrap()
+        .execute_batch(TO_V9_BLOCKS)
+        .unwrap();
+    for round in 0..2 {
+        let store = SqliteStore::open(dir.path()).unwrap();
+        assert_eq!(v8_reads(&store, t).await, reads.0, "round {round}");
+        assert_eq!(v9_tick_reads(&store, t).await, reads.1, "round {round}");
+        assert_eq!(price_blocks(&db), blocks, "round {round}");
+        assert_eq!(tick_blocks(&db), ticks, "round {round}");
+        drop(store);
+        let conn = assert_migrated(&db, "v9_buckets");
+        // Four series have price blocks at some resolution (tok-a at 1m
+        // and 1d, tok-b at 1m and 1h): each newest one is in a head, and
+        // the one block behind (tok-a's first 1m window) in the full table.
+        let (heads, past, past_ticks): (i64, i64, i64) = conn
+            .query_row(
+                "SELECT (SELECT count(*) FROM price_heads),
+                        (SELECT count(*) FROM price_bucket_blocks_past),
+                        (SELECT count(*) FROM price_tick_blocks_past)",
+                [],
+                |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)),
+            )
+            .unwrap();
+        assert_eq!((heads, past, past_ticks), (2, 1, ticks.len() as i64 - 2));
+    }
+    // Every row again, a step later: the heads and the block behind them
+    // are rewritten as a store of this version's would be.
+    let store = SqliteStore::open(dir.path()).unwrap();
+    store.apply(write(1)).await.unwrap();
+    let after = v8_reads(&store, t).await;
+    assert_ne!(after, reads.0);
+    drop(store);
+    let fresh = tempfile::tempdir().unwrap();
+    let written = SqliteStore::open(fresh.path()).unwrap();
+    for step in [0, 1] {
+        written.apply(write(step)).await.unwrap();
     }
     assert_eq!(v8_reads(&written, t).await, after);
     assert_eq!(

@@ -572,12 +572,12 @@ async fn a_failing_store_is_500_failed_to_fetch_data_without_internals() {
     let conn = rusqlite::Connection::open(app.data_dir.join("store.db")).unwrap();
     conn.busy_timeout(std::time::Duration::from_secs(10))
         .unwrap();
-    conn.execute_batch("ALTER TABLE price_bucket_blocks RENAME TO price_buckets_moved")
+    conn.execute_batch("ALTER TABLE price_heads RENAME TO price_heads_moved")
         .unwrap();
     let (st, h, b) = get_as(app, Some(API_KEY), &hist("/v1/tokens/mk00-y/prices", "")).await;
     assert_eq!(st, 500);
     assert_eq!(b, serde_json::json!({"detail": "failed to fetch data"}));
     assert!(h.contains_key("x-request-id"));
-    conn.execute_batch("ALTER TABLE price_buckets_moved RENAME TO price_bucket_blocks")
+    conn.execute_batch("ALTER TABLE price_heads_moved RENAME TO price_heads")
         .unwrap();
 }
