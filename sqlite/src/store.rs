@@ -484,27 +484,11 @@ fn move_v8_price_blocks(conn: &Connection) -> Result<bool> {
     Ok(sid_first)
 }
 
-/// The schema version `meta` records, if the file has one (a new file
-/// has none).
-fn stored_version(conn: &Connection) -> Result<Option<i64>> {
-    let has_meta = conn
-        .prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'meta'")?
-        .exists([])?;
-    if !has_meta {
-        return Ok(None);
-    }
-    let v: Option<String> = conn
-        .query_row(
-            "SELECT value FROM meta WHERE key = 'schema_version'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?;
-    v.map(|v| {
-        v.parse()
-            .map_err(|_| Error::Corrupt(format!("store.db: schema_version {v:?}")))
-    })
-    .transpose()
+/// Whether `conn` holds a table named `name`.
+fn has_table(conn: &Connection, name: &str) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")?
+        .exists([name])?)
 }
 
 /// Renames the block tables of a version 7 to 9 store (a table where
@@ -516,10 +500,7 @@ fn move_v9_blocks(conn: &Connection) -> Result<()> {
         ("price_bucket_blocks", "price_bucket_blocks_past"),
         ("price_tick_blocks", "price_tick_blocks_past"),
     ] {
-        let is_table = conn
-            .prepare_cached("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?1")?
-            .exists([old])?;
-        if is_table {
+        if has_table(conn, old)? {
             conn.execute_batch(&format!("ALTER TABLE {old} RENAME TO {new}"))?;
         }
     }
@@ -529,60 +510,56 @@ fn move_v9_blocks(conn: &Connection) -> Result<()> {
 /// Moves each token's newest price block at each resolution and its
 /// newest tick block out of the full tables into its head (`crate::head`),
 /// bytes unchanged: the layout of version 10 for a store written before.
+/// One token at a time, so memory stays one head whatever the store holds.
 fn migrate_v9_heads(conn: &Connection) -> Result<()> {
     let started = Instant::now();
-    let mut heads: FxHashMap<i64, head::Head> = FxHashMap::default();
-    {
-        let mut newest = conn.prepare(
-            "SELECT p.sid, p.res, p.block, p.n, p.ticks, p.v FROM price_bucket_blocks_past p
-             JOIN (SELECT sid, res, MAX(block) AS block FROM price_bucket_blocks_past
-                   INDEXED BY price_bucket_blocks_by_series GROUP BY sid, res) m
-             USING (sid, res, block)",
-        )?;
-        let mut rows = newest.query([])?;
-        while let Some(r) = rows.next()? {
-            let (sid, res): (i64, i64) = (r.get(0)?, r.get(1)?);
-            let res = res_of_code(res)?;
-            heads.entry(sid).or_default().prices[res.index()] = Some(head::PriceBlock {
-                block: r.get(2)?,
-                n: r.get::<_, i64>(3)? as u64,
-                ticks: r.get::<_, i64>(4)? as u64,
-                v: r.get(5)?,
-            });
+    let sids: Vec<i64> = conn
+        .prepare(
+            "SELECT sid FROM price_bucket_blocks_past INDEXED BY price_bucket_blocks_by_series
+             GROUP BY sid UNION SELECT sid FROM price_tick_blocks_past ORDER BY 1",
+        )?
+        .query_map([], |r| r.get(0))?
+        .collect::<Result<_, _>>()?;
+    let mut newest_price = conn.prepare(
+        "SELECT block, n, ticks, v FROM price_bucket_blocks_past
+         INDEXED BY price_bucket_blocks_by_series
+         WHERE sid = ?1 AND res = ?2 ORDER BY block DESC LIMIT 1",
+    )?;
+    let mut newest_ticks = conn.prepare(
+        "SELECT ts, log_partition, log_offset, n, v FROM price_tick_blocks_past
+         WHERE sid = ?1 ORDER BY ts DESC, log_partition DESC, log_offset DESC LIMIT 1",
+    )?;
+    for &sid in &sids {
+        let mut h = Head::default();
+        for res in Resolution::ALL {
+            let code = res_code(res);
+            let block = newest_price
+                .query_row(params![sid, code], |r| {
+                    Ok(head::PriceBlock {
+                        block: r.get(0)?,
+                        n: r.get::<_, i64>(1)? as u64,
+                        ticks: r.get::<_, i64>(2)? as u64,
+                        v: r.get(3)?,
+                    })
+                })
+                .optional()?;
+            if let Some(p) = &block {
+                conn.prepare_cached(
+                    "DELETE FROM price_bucket_blocks_past WHERE res = ?1 AND block = ?2 AND sid = ?3",
+                )?
+                .execute(params![code, p.block, sid])?;
+            }
+            h.prices[res.index()] = block;
         }
-    }
-    {
-        let mut sids = conn.prepare("SELECT DISTINCT sid FROM price_tick_blocks_past")?;
-        let sids = sids
-            .query_map([], |r| r.get::<_, i64>(0))?
-            .collect::<Result<Vec<_>, _>>()?;
-        let mut last = conn.prepare(
-            "SELECT ts, log_partition, log_offset, n, v FROM price_tick_blocks_past
-             WHERE sid = ?1 ORDER BY ts DESC, log_partition DESC, log_offset DESC LIMIT 1",
-        )?;
-        for sid in sids {
-            let block = last.query_row([sid], |r| {
+        h.ticks = newest_ticks
+            .query_row([sid], |r| {
                 Ok(head::TickBlock {
                     start: key_at(r, 0)?,
                     n: r.get::<_, i64>(3)? as u64,
                     v: r.get(4)?,
                 })
-            })?;
-            heads.entry(sid).or_default().ticks = Some(block);
-        }
-    }
-    let mut sids: Vec<i64> = heads.keys().copied().collect();
-    sids.sort_unstable();
-    for sid in &sids {
-        let h = &heads[sid];
-        for (r, p) in Resolution::ALL.iter().zip(&h.prices) {
-            if let Some(p) = p {
-                conn.prepare_cached(
-                    "DELETE FROM price_bucket_blocks_past WHERE res = ?1 AND block = ?2 AND sid = ?3",
-                )?
-                .execute(params![res_code(*r), p.block, sid])?;
-            }
-        }
+            })
+            .optional()?;
         if let Some(t) = &h.ticks {
             conn.prepare_cached(
                 "DELETE FROM price_tick_blocks_past
@@ -595,7 +572,7 @@ fn migrate_v9_heads(conn: &Connection) -> Result<()> {
                 t.start.offset as i64
             ])?;
         }
-        h.write(conn, *sid)?;
+        h.write(conn, sid)?;
     }
     tracing::info!(
         heads = sids.len(),
@@ -749,7 +726,9 @@ impl SqliteStore {
         // One transaction: a crash mid-migration leaves the old layout, and
         // of several processes opening one file the first migrates it.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        let headless = stored_version(&tx)?.is_some_and(|v| v < 10);
+        // A file without heads (new, or written before version 10) gets
+        // them from its blocks, if it has any.
+        let headless = !has_table(&tx, "price_heads")?;
         let moved = move_old_series_tables(&tx)?;
         let v8_blocks = move_v8_price_blocks(&tx)?;
         move_v9_blocks(&tx)?;
