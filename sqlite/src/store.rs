@@ -726,9 +726,12 @@ impl SqliteStore {
         // One transaction: a crash mid-migration leaves the old layout, and
         // of several processes opening one file the first migrates it.
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-        // A file without heads (new, or written before version 10) gets
-        // them from its blocks, if it has any.
-        let headless = !has_table(&tx, "price_heads")?;
+        // A file written before version 10 (it has tables, but no heads)
+        // gets its heads from its blocks; a new file has nothing to move.
+        let written_before = tx
+            .prepare("SELECT 1 FROM sqlite_master WHERE type = 'table'")?
+            .exists([])?;
+        let headless = written_before && !has_table(&tx, "price_heads")?;
         let moved = move_old_series_tables(&tx)?;
         let v8_blocks = move_v8_price_blocks(&tx)?;
         move_v9_blocks(&tx)?;
