@@ -275,32 +275,39 @@ impl Projector {
         }
     }
 
-    /// Projects until the consumer has nothing more — an empty poll with
-    /// every partition it holds at zero lag (for `rebuild` and tests) —
-    /// and every write is durable.
+    /// Projects until the consumer has nothing more — every partition it
+    /// holds at zero lag (for `rebuild` and tests) — and every write is
+    /// durable.
+    ///
+    /// The lag is asked after every step, not only after an empty poll: a
+    /// poll at the log's end waits out `idle_wait` for events that will not
+    /// come, a tenth of a second at the end of every `rebuild`.
     pub async fn catch_up(&mut self) -> Result<u64> {
         let mut consumer = self.source.open().await?;
         let mut total = 0;
         loop {
-            let stats = match self.advance(consumer.as_mut()).await {
-                Ok(stats) if stats.events == 0 => {
-                    self.settle(consumer.as_mut()).await.map(|_| stats)
+            let caught_up = match self.advance(consumer.as_mut()).await {
+                Ok(stats) => {
+                    total += stats.events as u64;
+                    // Empty before a consumer group assigns partitions:
+                    // keep going.
+                    consumer
+                        .lag()
+                        .await
+                        .map(|lag| !lag.is_empty() && lag.iter().all(|(_, behind)| *behind == 0))
                 }
+                Err(e) => Err(e),
+            };
+            let done = match caught_up {
+                Ok(true) => self.settle(consumer.as_mut()).await.map(|_| true),
                 other => other,
             };
-            let stats = match stats {
-                Ok(stats) => stats,
+            match done {
+                Ok(true) => return Ok(total),
+                Ok(false) => {}
                 Err(e) => {
                     self.abandon().await;
                     return Err(e);
-                }
-            };
-            total += stats.events as u64;
-            if stats.events == 0 {
-                let lag = consumer.lag().await?;
-                // Empty before a consumer group assigns partitions: keep going.
-                if !lag.is_empty() && lag.iter().all(|(_, behind)| *behind == 0) {
-                    return Ok(total);
                 }
             }
         }

@@ -31,6 +31,7 @@ mod db;
 mod decimal;
 mod exports;
 mod head;
+mod headmerge;
 mod idempotency;
 mod limits;
 mod log;

@@ -5,6 +5,7 @@ use crate::bucketblock::{self, Entry};
 use crate::checkpoint::{Checkpointer, WRITER_BACKSTOP_PAGES};
 use crate::db::{blocking, open, Durability, Pool};
 use crate::head::{self, Head};
+use crate::headmerge;
 use crate::limits::RateLog;
 use crate::rowcodec;
 use crate::tickblock::{self, PriceTick};
@@ -17,7 +18,9 @@ use hindsight_schemas::{codec, Event, MarketRecord, Resolution, Timestamp, Trade
 use hindsight_telemetry as tm;
 use rusqlite::{params, Connection, OptionalExtension, Transaction, TransactionBehavior};
 use rustc_hash::FxHashMap;
+use std::borrow::Cow;
 use std::path::Path;
+use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -1014,7 +1017,7 @@ fn committed_sid(
 }
 
 /// A row's table, sid, resolution code and bucket: see [`key_order`].
-type RowOrder = (Table, i64, i64, i64);
+pub(crate) type RowOrder = (Table, i64, i64, i64);
 
 /// The order of the bucket tables' primary key (`sid`, `res`, `bucket`;
 /// a price block's key, `block`, is its first bucket), table by table.
@@ -1095,7 +1098,7 @@ fn in_sid_order<K: Copy + Ord, V: Copy>(
 
 /// Appends a price row's value as its block keeps it ([`rowcodec`]) to
 /// `out`; returns the row's count.
-fn put_price_value(out: &mut Vec<u8>, row: &Row) -> Result<u64> {
+pub(crate) fn put_price_value(out: &mut Vec<u8>, row: &Row) -> Result<u64> {
     let RowValue::Price { sum, count, candle } = &row.value else {
         return Err(Error::Corrupt(format!(
             "a {:?} row among price rows",
@@ -1132,6 +1135,11 @@ fn read_price_block(conn: &Connection, at: (i64, i64, i64)) -> Result<Option<Vec
 
 const READ_PRICE_BLOCK: &str =
     "SELECT v FROM price_bucket_blocks_past WHERE sid = ?1 AND res = ?2 AND block = ?3";
+
+/// Tokens read and waiting for [`crate::headmerge`] at most: enough that
+/// the merger never waits on the writer's reads, few enough that the heads
+/// in the queue (a few KB each) stay small.
+const MERGE_QUEUE: usize = 256;
 
 /// The statements an `apply` writes with, each prepared once for the whole
 /// step: looking a statement up in the connection's cache and handing it
@@ -1213,75 +1221,58 @@ impl<'t> Inserts<'t> {
         Ok(slot.as_mut().expect("prepared above"))
     }
 
-    /// Writes a run of price rows of one token (in key order) into their
-    /// blocks: the rows of each block are merged in (each replacing the
-    /// stored bucket it keys) and the block written once. A block of the
-    /// head's window at its resolution is the head's, and a block past it
-    /// becomes the head's, the block it held going to the full table (see
-    /// [`crate::head`]); a block behind it is read from the full table and
-    /// written back there. The new values and the merged block are built
-    /// in buffers kept for the run: a live step rewrites hundreds of
-    /// thousands of blocks, and an allocation per value and per block
-    /// showed in its profile.
-    fn price_rows(&mut self, head: &mut Head, run: &[(RowOrder, &Row)]) -> Result<()> {
+    /// Takes a token's price rows (in key order) and merges into the full
+    /// table those behind its head's block at their resolution (a late
+    /// event): each such block is read, the rows merged in (each replacing
+    /// the stored bucket it keys) and written back. Returns the rest, which
+    /// [`crate::headmerge`] merges into the head.
+    fn behind_price_rows<'r>(
+        &mut self,
+        head: &Head,
+        run: &'r [(RowOrder, &'r Row)],
+    ) -> Result<Cow<'r, [(RowOrder, &'r Row)]>> {
         let at = |((_, sid, ..), row): &(RowOrder, &Row)| price_block_of(*sid, &row.key);
-        // The new values end to end, each row's count and where its value
-        // ends, and the merged block.
-        let (mut values, mut parts, mut merged) = (Vec::new(), Vec::new(), Vec::new());
-        for rows in run.chunk_by(|a, b| at(a) == at(b)) {
-            let (sid, res, block) = at(&rows[0]);
-            let resolution = rows[0].1.key.res;
-            let width = resolution.width_ms();
-            values.clear();
-            parts.clear();
-            merged.clear();
-            for (_, row) in rows {
-                let count = put_price_value(&mut values, row)?;
-                parts.push((count, values.len()));
-            }
-            let new = rows.iter().enumerate().map(|(i, (_, row))| Entry {
-                bucket: row.key.bucket.millis(),
-                count: parts[i].0,
-                last_offset: row.last_offset,
-                v: &values[i.checked_sub(1).map_or(0, |j| parts[j].1)..parts[i].1],
-            });
-            let newest = &mut head.prices[resolution.index()];
-            match newest.as_ref().map(|h| block.cmp(&h.block)) {
-                Some(std::cmp::Ordering::Less) => {
-                    let counts = {
-                        let mut found = self
-                            .get(Insert::ReadPriceBlock)?
-                            .query(params![sid, res, block])?;
-                        let stored = match found.next()? {
-                            Some(r) => blob(r, 0)?,
-                            None => &[],
-                        };
-                        bucketblock::merge_into(&mut merged, stored, block, width, new)?
-                    };
-                    self.put_price_block((sid, res, block), counts, &merged)?;
-                }
-                Some(std::cmp::Ordering::Equal) => {
-                    let h = newest.as_mut().expect("compared above");
-                    (h.n, h.ticks) = bucketblock::merge_into(&mut merged, &h.v, block, width, new)?;
-                    std::mem::swap(&mut h.v, &mut merged);
-                }
-                _ => {
-                    // A newer window: the head's block, if any, is behind
-                    // it from now on.
-                    if let Some(h) = newest.take() {
-                        self.put_price_block((sid, res, h.block), (h.n, h.ticks), &h.v)?;
-                    }
-                    let (n, ticks) = bucketblock::merge_into(&mut merged, &[], block, width, new)?;
-                    *newest = Some(head::PriceBlock {
-                        block,
-                        n,
-                        ticks,
-                        v: std::mem::take(&mut merged),
-                    });
-                }
-            }
+        let behind = |item: &(RowOrder, &Row)| {
+            let (.., block) = at(item);
+            head.prices[item.1.key.res.index()]
+                .as_ref()
+                .is_some_and(|h| block < h.block)
+        };
+        if !run.iter().any(behind) {
+            return Ok(Cow::Borrowed(run));
         }
-        Ok(())
+        let (late, rest): (Vec<_>, Vec<_>) = run.iter().partition(|item| behind(item));
+        let (mut values, mut parts, mut merged) = (Vec::new(), Vec::new(), Vec::new());
+        for rows in late.chunk_by(|a, b| at(a) == at(b)) {
+            let (sid, res, block) = at(&rows[0]);
+            let width = rows[0].1.key.res.width_ms();
+            merged.clear();
+            let counts = {
+                let mut found = self
+                    .get(Insert::ReadPriceBlock)?
+                    .query(params![sid, res, block])?;
+                let stored = match found.next()? {
+                    Some(r) => blob(r, 0)?,
+                    None => &[],
+                };
+                let new = headmerge::entries(rows, &mut values, &mut parts)?;
+                bucketblock::merge_into(&mut merged, stored, block, width, new)?
+            };
+            self.put_price_block((sid, res, block), counts, &merged)?;
+        }
+        Ok(Cow::Owned(rest))
+    }
+
+    /// Writes a token's merged head ([`crate::headmerge`]) and the blocks
+    /// the merge moved out of it into the full tables.
+    fn write_head(&mut self, done: headmerge::Done) -> Result<()> {
+        for ((res, block), counts, v) in &done.price_blocks {
+            self.put_price_block((done.sid, *res, *block), *counts, v)?;
+        }
+        for (start, n, v) in &done.tick_blocks {
+            self.put_tick_block(done.sid, *start, *n, v)?;
+        }
+        done.head.write(self.tx, done.sid)
     }
 
     /// Writes the price block `at` (see [`price_block_of`]): `v` holding
@@ -1352,19 +1343,18 @@ impl<'t> Inserts<'t> {
         Ok(())
     }
 
-    /// Writes one token's price ticks of a step (in key order; of two with
-    /// one key the later wins, as a row written twice would) into its
-    /// blocks, by the rules of [`crate::tickblock`]: ticks from the start
-    /// of the head's block on are merged into it, and when it outgrows the
-    /// cap its pieces but the last go to the full table, the last staying
-    /// the head's (see [`crate::head`]); ticks before it go to the blocks
-    /// of the full table ([`Inserts::past_price_ticks`]).
-    fn price_ticks(
+    /// Takes one token's price ticks of a step (in key order; of two with
+    /// one key the later wins, as a row written twice would) and merges
+    /// into the blocks of the full table those before the start of its
+    /// head's tick block ([`Inserts::past_price_ticks`]). Returns the rest,
+    /// distinct keys in key order, which [`crate::headmerge`] merges into
+    /// the head.
+    fn behind_price_ticks(
         &mut self,
-        head: &mut Head,
+        head: &Head,
         sid: i64,
         ticks: impl Iterator<Item = PriceTick>,
-    ) -> Result<()> {
+    ) -> Result<Vec<PriceTick>> {
         let mut new: Vec<PriceTick> = Vec::with_capacity(ticks.size_hint().0);
         for t in ticks {
             match new.last_mut() {
@@ -1377,27 +1367,8 @@ impl<'t> Inserts<'t> {
             .as_ref()
             .map_or(0, |h| new.partition_point(|t| t.0 < h.start));
         self.past_price_ticks(sid, &new[..behind])?;
-        let after = &new[behind..];
-        if after.is_empty() {
-            return Ok(());
-        }
-        let merged = match head.ticks.take() {
-            Some(h) => tickblock::merge(tickblock::decode(h.start, &h.v)?, after),
-            None => after.to_vec(),
-        };
-        let mut pieces = tickblock::pieces(&merged).peekable();
-        while let Some(piece) = pieces.next() {
-            if pieces.peek().is_some() {
-                self.put_price_blocks(sid, piece)?;
-            } else {
-                head.ticks = Some(head::TickBlock {
-                    start: piece[0].0,
-                    n: piece.len() as u64,
-                    v: tickblock::encode(piece),
-                });
-            }
-        }
-        Ok(())
+        new.drain(..behind);
+        Ok(new)
     }
 
     /// Writes price ticks of one token (in key order, distinct keys), all
@@ -1454,21 +1425,28 @@ impl<'t> Inserts<'t> {
             return Ok(());
         }
         for piece in tickblock::pieces(ticks) {
-            let start = piece[0].0;
-            self.get(Insert::TickBlock)?.execute(params![
-                sid,
-                start.ts.millis(),
-                start.partition,
-                start.offset as i64,
-                piece.len() as i64,
-                tickblock::encode(piece)
-            ])?;
+            let v = tickblock::encode(piece);
+            self.put_tick_block(sid, piece[0].0, piece.len() as u64, &v)?;
         }
         Ok(())
     }
 
+    /// Writes the tick block of `sid` starting at `start`: `v` holding `n`
+    /// ticks.
+    fn put_tick_block(&mut self, sid: i64, start: TickKey, n: u64, v: &[u8]) -> Result<()> {
+        self.get(Insert::TickBlock)?.execute(params![
+            sid,
+            start.ts.millis(),
+            start.partition,
+            start.offset as i64,
+            n as i64,
+            v
+        ])?;
+        Ok(())
+    }
+
     /// Writes one book snapshot or trade under its key (price ticks go
-    /// through [`Inserts::price_ticks`]). A trade with an id is written
+    /// through the heads, [`crate::headmerge`]). A trade with an id is written
     /// only at the position `trade_ids` holds for it: the first one given,
     /// recorded here in the same transaction.
     fn tick(&mut self, sid: i64, t: &Tick) -> Result<()> {
@@ -1904,8 +1882,16 @@ impl ProjectionStore for SqliteStore {
             let mut lookup = SidLookup::new(sids);
             // Sorted by keys held inline, not read through each row.
             let mut rows = Vec::with_capacity(write.rows.len());
+            // A series' rows share its id (the rollup interns them) and
+            // mostly come one after the other (a tick dirties a row at
+            // every resolution): the same id is not looked up again.
+            let mut last: Option<(&Arc<str>, i64)> = None;
             for row in &write.rows {
-                let sid = lookup.sid(&tx, &row.key.id)?;
+                let sid = match last {
+                    Some((id, sid)) if Arc::ptr_eq(id, &row.key.id) => sid,
+                    _ => lookup.sid(&tx, &row.key.id)?,
+                };
+                last = Some((&row.key.id, sid));
                 rows.push((key_order(sid, &row.key), row));
             }
             let rows = in_sid_order(rows, |(_, sid, ..)| *sid);
@@ -1925,7 +1911,7 @@ impl ProjectionStore for SqliteStore {
                 }
             }
             // Stable: of two ticks with one key, the later wins
-            // (`Inserts::price_ticks`).
+            // (`Inserts::behind_price_ticks`).
             let prices = in_sid_order(prices, |(sid, ..)| *sid);
             ticks.sort_by_key(|(sid, tick)| tick_order(*sid, tick));
             {
@@ -1946,24 +1932,52 @@ impl ProjectionStore for SqliteStore {
                 }
                 let mut price_rows = price_rows.into_iter().peekable();
                 let mut price_ticks = prices.chunk_by(|a, b| a.0 .0 == b.0 .0).peekable();
-                loop {
-                    let rows_sid = price_rows.peek().map(|run| run[0].0 .1);
-                    let ticks_sid = price_ticks.peek().map(|token| token[0].0 .0);
-                    let Some(sid) = rows_sid.into_iter().chain(ticks_sid).min() else {
-                        break;
-                    };
-                    let mut head = Head::read(&tx, sid)?;
-                    if rows_sid == Some(sid) {
-                        let run = price_rows.next().expect("peeked");
-                        inserts.price_rows(&mut head, run)?;
+                // This thread reads each head and writes it back merged;
+                // the merging runs beside it (`crate::headmerge`).
+                std::thread::scope(|scope| -> Result<()> {
+                    let (to_merge, jobs) = mpsc::sync_channel(MERGE_QUEUE);
+                    let (to_write, merged) = mpsc::channel();
+                    scope.spawn(move || headmerge::run(jobs, to_write));
+                    loop {
+                        let rows_sid = price_rows.peek().map(|run| run[0].0 .1);
+                        let ticks_sid = price_ticks.peek().map(|token| token[0].0 .0);
+                        let Some(sid) = rows_sid.into_iter().chain(ticks_sid).min() else {
+                            break;
+                        };
+                        let head = Head::read(&tx, sid)?;
+                        let rows = match rows_sid == Some(sid) {
+                            true => inserts
+                                .behind_price_rows(&head, price_rows.next().expect("peeked"))?,
+                            false => Cow::Borrowed(&[][..]),
+                        };
+                        let ticks = match ticks_sid == Some(sid) {
+                            true => {
+                                let token = price_ticks.next().expect("peeked");
+                                let ticks = token.iter().map(|(order, p)| (tick_key(order), *p));
+                                inserts.behind_price_ticks(&head, sid, ticks)?
+                            }
+                            false => Vec::new(),
+                        };
+                        let job = headmerge::Job {
+                            sid,
+                            head,
+                            rows,
+                            ticks,
+                        };
+                        if to_merge.send(job).is_err() {
+                            // The merger panicked: the scope raises it.
+                            break;
+                        }
+                        while let Ok(done) = merged.try_recv() {
+                            inserts.write_head(done?)?;
+                        }
                     }
-                    if ticks_sid == Some(sid) {
-                        let token = price_ticks.next().expect("peeked");
-                        let ticks = token.iter().map(|(order, p)| (tick_key(order), *p));
-                        inserts.price_ticks(&mut head, sid, ticks)?;
+                    drop(to_merge);
+                    for done in merged {
+                        inserts.write_head(done?)?;
                     }
-                    head.write(&tx, sid)?;
-                }
+                    Ok(())
+                })?;
                 for (sid, tick) in &ticks {
                     inserts.tick(*sid, tick)?;
                 }
