@@ -63,7 +63,7 @@ http {{
 "
             ),
         )?;
-        let child = Command::new(BIN)
+        let child = hindsight::allocator::with_system_thp(&mut Command::new(BIN))
             .args(nginx_args(&dir))
             .stdout(Stdio::null())
             .spawn()?;

@@ -345,7 +345,7 @@ fn anchor(
     out: &Path,
 ) -> anyhow::Result<Answer> {
     std::fs::create_dir_all(out)?;
-    let output = Command::new(python)
+    let output = hindsight::allocator::with_system_thp(&mut Command::new(python))
         .arg(script)
         .arg(engine)
         .arg(file)
