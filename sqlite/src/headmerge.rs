@@ -83,16 +83,15 @@ impl Merger {
             rows,
             ticks,
         } = job;
-        let mut done = Done {
+        let (mut price_blocks, mut tick_blocks) = (Vec::new(), Vec::new());
+        self.price_rows(&mut head, &rows, &mut price_blocks)?;
+        price_ticks(&mut head, ticks, &mut tick_blocks)?;
+        Ok(Done {
             sid,
-            head: Head::default(),
-            price_blocks: Vec::new(),
-            tick_blocks: Vec::new(),
-        };
-        self.price_rows(&mut head, &rows, &mut done)?;
-        price_ticks(&mut head, ticks, &mut done)?;
-        done.head = head;
-        Ok(done)
+            head,
+            price_blocks,
+            tick_blocks,
+        })
     }
 
     /// Merges a token's price rows into the head's blocks, block by block:
@@ -103,7 +102,7 @@ impl Merger {
         &mut self,
         head: &mut Head,
         rows: &[(RowOrder, &Row)],
-        done: &mut Done,
+        moved: &mut Vec<MovedPriceBlock>,
     ) -> Result<()> {
         let at = |((_, _, res, _), row): &(RowOrder, &Row)| {
             (
@@ -133,7 +132,7 @@ impl Merger {
                     // A newer window: the head's block, if any, is behind
                     // it from now on.
                     if let Some(h) = newest.take() {
-                        done.price_blocks.push(((res, h.block), (h.n, h.ticks), h.v));
+                        moved.push(((res, h.block), (h.n, h.ticks), h.v));
                     }
                     let (n, ticks) = bucketblock::merge_into(&mut self.merged, &[], block, width, new)?;
                     *newest = Some(head::PriceBlock {
@@ -176,7 +175,11 @@ pub(crate) fn entries<'a>(
 /// Merges a token's price ticks into its head's tick block, by the rules
 /// of [`crate::tickblock`]: when the block outgrows the cap its pieces but
 /// the last go to the full table, the last staying the head's.
-fn price_ticks(head: &mut Head, new: Vec<PriceTick>, done: &mut Done) -> Result<()> {
+fn price_ticks(
+    head: &mut Head,
+    new: Vec<PriceTick>,
+    moved: &mut Vec<(TickKey, u64, Vec<u8>)>,
+) -> Result<()> {
     if new.is_empty() {
         return Ok(());
     }
@@ -188,7 +191,7 @@ fn price_ticks(head: &mut Head, new: Vec<PriceTick>, done: &mut Done) -> Result<
     while let Some(piece) = pieces.next() {
         let block = (piece[0].0, piece.len() as u64, tickblock::encode(piece));
         if pieces.peek().is_some() {
-            done.tick_blocks.push(block);
+            moved.push(block);
         } else {
             let (start, n, v) = block;
             head.ticks = Some(head::TickBlock { start, n, v });
