@@ -304,10 +304,21 @@ async fn backfill_backends(args: &BackfillArgs) -> anyhow::Result<(Backends, Opt
     let projector = Projector::new(
         backends.source()?,
         backends.store()?,
-        args.projector.rebuild_config(),
+        hindsight_projector::ProjectorConfig {
+            idle_wait: BACKFILL_IDLE_WAIT,
+            ..args.projector.rebuild_config()
+        },
     );
     Ok((backends, Some(Projecting::start(projector))))
 }
+
+/// How long the backfill's projector, caught up with the appends, waits
+/// for more before asking again whether they are over. Each append in this
+/// process wakes it at once (the embedded log's head), so the wait only
+/// ends the last poll, after the last append: at the default 100 ms that
+/// poll cost a dense `shapes` file's `backfill --project` ~0.07 s of ~1.1,
+/// and an empty file's nearly all of its 0.22 s.
+const BACKFILL_IDLE_WAIT: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// A projector catching up with a log still being appended to, until told
 /// the appends are over ([`Projecting::finish`]).
