@@ -40,7 +40,13 @@ impl Embedded {
         )
     }
 
-    pub async fn api_router(&self, plans: Plans) -> anyhow::Result<Router> {
+    /// The API's routes; their usage meter flushes every second until
+    /// `stop` says true (or its sender is dropped), as the service's does.
+    pub async fn api_router(
+        &self,
+        plans: Plans,
+        stop: tokio::sync::watch::Receiver<bool>,
+    ) -> anyhow::Result<Router> {
         let cfg = ApiConfig {
             plans: Arc::new(plans),
             clock: Arc::new(SystemClock),
@@ -53,12 +59,7 @@ impl Embedded {
         };
         let (routes, usage) =
             crate::services::api::router(&cfg, self.store.clone(), self.store.clone()).await?;
-        // Usage written every second for as long as the runtime lives.
-        let (running, stop) = tokio::sync::watch::channel(false);
-        tokio::spawn(async move {
-            usage.run(stop).await;
-            drop(running);
-        });
+        tokio::spawn(usage.run(stop));
         Ok(routes)
     }
 

@@ -72,6 +72,7 @@ pub struct Harness {
     dir: std::path::PathBuf,
     stop: watch::Sender<bool>,
     projector: tokio::task::JoinHandle<()>,
+    server: tokio::task::JoinHandle<std::io::Result<()>>,
     probes: std::sync::atomic::AtomicI64,
 }
 
@@ -92,14 +93,21 @@ impl Harness {
             release_memory: Some(hindsight::allocator::release_free_memory),
             ..Default::default()
         };
-        let projector = tokio::spawn(app.projector(config).run(stopped));
+        let projector = tokio::spawn(app.projector(config).run(stopped.clone()));
         let router = app
-            .api_router(Default::default())
+            .api_router(Default::default(), stopped.clone())
             .await?
             .merge(app.ingest_router(TOKEN, 64 << 20));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let base = format!("http://{}", listener.local_addr()?);
-        tokio::spawn(async move { axum::serve(listener, router).await });
+        let mut stopping = stopped;
+        let server = tokio::spawn(async move {
+            axum::serve(listener, router)
+                .with_graceful_shutdown(async move {
+                    let _ = stopping.wait_for(|stop| *stop).await;
+                })
+                .await
+        });
         let harness = Harness {
             app,
             base,
@@ -107,6 +115,7 @@ impl Harness {
             dir,
             stop,
             projector,
+            server,
             probes: 0.into(),
         };
         harness.post(PROBE_MARKET.to_string()).await?;
@@ -185,11 +194,28 @@ impl Harness {
         Ok(acked.elapsed().as_secs_f64() * 1000.0)
     }
 
-    /// Stops the projector and removes the data directory.
+    /// Stops the projector, the server and its usage meter, and removes
+    /// the data directory. Everything the harness opened is freed here, so
+    /// a harness started next in the process (`live`'s second phase) is
+    /// measured without this one's caches and catalogs.
     pub async fn stop(self) {
-        let _ = self.stop.send(true);
-        let _ = self.projector.await;
-        let _ = std::fs::remove_dir_all(&self.dir);
+        let Harness {
+            app,
+            client,
+            dir,
+            stop,
+            projector,
+            server,
+            ..
+        } = self;
+        // Its idle keep-alive connections would hold the server's graceful
+        // shutdown open.
+        drop(client);
+        let _ = stop.send(true);
+        let _ = projector.await;
+        let _ = server.await;
+        drop(app);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }
 
