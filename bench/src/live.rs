@@ -76,6 +76,12 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
         .build()?
         .block_on(async {
             sustained.run().await?;
+            // What phase 1 leaves in the process once its server is
+            // stopped: phase 2's RSS starts from here.
+            println!(
+                "   RSS between the phases, phase 1's server stopped: {:.0} MB",
+                memory_mb("self", "VmRSS:")
+            );
             stream.run().await
         })
 }

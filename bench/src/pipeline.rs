@@ -88,12 +88,7 @@ impl Harness {
             .put_key(keys::record_for(KEY, "bench", "enterprise"))
             .await?;
         let (stop, stopped) = watch::channel(false);
-        // As the binary's running projector does (`ProjectorOpts::config`).
-        let config = ProjectorConfig {
-            release_memory: Some(hindsight::allocator::release_free_memory),
-            ..Default::default()
-        };
-        let projector = tokio::spawn(app.projector(config).run(stopped.clone()));
+        let projector = tokio::spawn(app.projector(projector_config()).run(stopped.clone()));
         let router = app
             .api_router(Default::default(), stopped.clone())
             .await?
@@ -217,6 +212,20 @@ impl Harness {
         drop(app);
         let _ = std::fs::remove_dir_all(&dir);
     }
+}
+
+/// The binary's running projector's settings (`ProjectorOpts::config`),
+/// read from the same environment (`HINDSIGHT_PROJECTOR_STEP_ROWS_MAX`,
+/// …), so a tuned deployment's projector can be measured as it would run.
+fn projector_config() -> ProjectorConfig {
+    #[derive(clap::Parser)]
+    struct FromEnv {
+        #[command(flatten)]
+        projector: hindsight::config::ProjectorOpts,
+    }
+    <FromEnv as clap::Parser>::parse_from(["hindsight-bench"])
+        .projector
+        .config()
 }
 
 const PROBE_MARKET: &str = "{\"kind\":\"market\",\"id\":\"probe\",\"slug\":\"probe\",\"status\":\"open\",\"tokens\":[{\"id\":\"probe-yes\",\"label\":\"Yes\"}]}\n";
