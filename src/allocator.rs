@@ -27,7 +27,8 @@
 //! 2 MiB pieces. A long-tail rebuild faulted in ~410 of them (820 MB) for a
 //! peak of 330 MB. With them off (`PR_SET_THP_DISABLE`, and mimalloc's
 //! option), over 60 s of live sending to 100 000 tokens the peak RSS was
-//! 494 MB against 548 at the same events/s. The flag is inherited through
+//! 494 MB against 548 at the same events/s (the full 100 M-tick run peaked
+//! at 647 against 633, within its noise). The flag is inherited through
 //! `exec`, so the benchmarks give their anchors the system's policy back
 //! ([`with_system_thp`]).
 
