@@ -28,8 +28,8 @@
 //!   `eval "$(scripts/engines.sh start)"` and `cargo build --release`);
 //! - `shapes`: `hindsight backfill` + `rebuild` of a long-tail and a dense
 //!   file of ticks next to DuckDB and ClickHouse (chdb) rolling the same
-//!   file into the same buckets: seconds, bytes on disk, ratios, after
-//!   checking the three agree (needs `cargo build --release` and the
+//!   file into the same buckets, in rounds: seconds, bytes on disk, each
+//!   round's ratios and their median, after checking the three agree (needs `cargo build --release` and the
 //!   virtualenv `scripts/install-tools.sh` fills);
 //! - `export`: a 10-million-row bulk export as CSV and Parquet from a
 //!   `hindsight api` process: MB/s, rows/s and the process's RSS while it
