@@ -29,8 +29,9 @@
 //! - `shapes`: `hindsight backfill` + `rebuild` of a long-tail and a dense
 //!   file of ticks next to DuckDB and ClickHouse (chdb) rolling the same
 //!   file into the same buckets, in rounds: seconds, bytes on disk, each
-//!   round's ratios and their median, after checking the three agree (needs `cargo build --release` and the
-//!   virtualenv `scripts/install-tools.sh` fills);
+//!   round's ratios and their median, after checking the three agree
+//!   (needs `cargo build --release` and the virtualenv
+//!   `scripts/install-tools.sh` fills);
 //! - `export`: a 10-million-row bulk export as CSV and Parquet from a
 //!   `hindsight api` process: MB/s, rows/s and the process's RSS while it
 //!   streams, next to nginx serving the same CSV bytes, and the Parquet
