@@ -148,11 +148,15 @@ fn compare(
     let rate = |s: f64| ticks as f64 / s;
     // Each figure's median over the rounds.
     let med = |f: fn(&Round) -> f64| median(done.iter().map(f));
+    let (bytes, store_bytes) = (
+        med(|r| r.hindsight.bytes as f64),
+        med(|r| r.store_bytes as f64),
+    );
     println!(
         "     {:<44} {:>8} {:>12} {:>10}",
         "medians of the rounds", "seconds", "ticks/s", "MB on disk"
     );
-    for (name, s, bytes) in [
+    for (name, s, on_disk) in [
         (
             "Hindsight backfill alone (durable log)",
             med(|r| r.backfill),
@@ -161,12 +165,12 @@ fn compare(
         (
             "Hindsight rebuild alone (log -> buckets)",
             med(|r| r.rebuild),
-            med(|r| r.store_bytes as f64),
+            store_bytes,
         ),
         (
             "Hindsight backfill --project (log + store)",
             med(|r| r.hindsight.secs),
-            med(|r| r.hindsight.bytes as f64),
+            bytes,
         ),
         (
             "DuckDB (ticks + candle buckets)",
@@ -182,7 +186,7 @@ fn compare(
         println!(
             "     {name:<44} {s:>8.2} {:>12.0} {:>10.1}",
             rate(s),
-            mb(bytes)
+            mb(on_disk)
         );
     }
     // Ratios: per round (its runs fall in about one phase of the machine),
@@ -191,20 +195,19 @@ fn compare(
         ("DuckDB", (|r: &Round| &r.duck) as fn(&Round) -> &Answer),
         ("ClickHouse", |r: &Round| &r.click),
     ] {
-        let speeds: Vec<f64> = done
+        let mut speeds: Vec<f64> = done
             .iter()
             .map(|r| anchor(r).secs / r.hindsight.secs)
             .collect();
-        let (lo, hi) = speeds
-            .iter()
-            .fold((f64::MAX, f64::MIN), |(lo, hi), &x| (lo.min(x), hi.max(x)));
-        let bytes = med(|r| r.hindsight.bytes as f64);
+        speeds.sort_by(f64::total_cmp);
         let theirs = median(done.iter().map(|r| anchor(r).bytes as f64));
         println!(
-            "     Hindsight / {name:<10}  speed {:.3}x (median of {rounds}; {lo:.3}x-{hi:.3}x)   bytes {:.2}x (store alone {:.2}x)",
-            median(speeds.iter().copied()),
+            "     Hindsight / {name:<10}  speed {:.3}x (median of {rounds}; {:.3}x-{:.3}x)   bytes {:.2}x (store alone {:.2}x)",
+            crate::pipeline::quantile(&speeds, 0.5),
+            speeds[0],
+            speeds[speeds.len() - 1],
             bytes / theirs,
-            med(|r| r.store_bytes as f64) / theirs
+            store_bytes / theirs
         );
     }
     println!(
