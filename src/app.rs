@@ -40,8 +40,9 @@ impl Embedded {
         )
     }
 
-    /// The API's routes; their usage meter flushes every second until
-    /// `stop` says true (or its sender is dropped), as the service's does.
+    /// The API's routes; their usage meter (flushing every second) and
+    /// export job worker run until `stop` says true (or its sender is
+    /// dropped), as the service's do.
     pub async fn api_router(
         &self,
         plans: Plans,
@@ -57,9 +58,9 @@ impl Embedded {
             export_jobs: Default::default(),
             page_cache_bytes: hindsight_api::cache::DEFAULT_PAGE_BYTES,
         };
-        let (routes, usage) =
+        let (routes, workers) =
             crate::services::api::router(&cfg, self.store.clone(), self.store.clone()).await?;
-        tokio::spawn(usage.run(stop));
+        workers.spawn(stop);
         Ok(routes)
     }
 

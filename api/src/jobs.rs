@@ -2,7 +2,7 @@
 //! run in the background by whichever API replica claims them, stored in
 //! chunks, downloaded when done ([`crate::routes::exports`]).
 //!
-//! Every replica runs one worker ([`spawn_worker`]): it claims a queued
+//! Every replica runs one worker ([`work`]): it claims a queued
 //! job (or one whose holder stopped renewing its lease: the replica died
 //! or hung), runs the streamed export's own producer ([`export::Job`])
 //! into [`Chunks`] of [`CHUNK_BYTES`] (1 MB), renewing its lease with each
@@ -28,6 +28,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::sync::watch;
 
 /// Bytes of one stored chunk of a job's file, by default (the last may be
 /// shorter): small enough for one CQL cell, large enough that a file is
@@ -147,10 +148,16 @@ pub(crate) fn response(job: &ExportJob, config: &JobConfig) -> Result<ExportJobR
     })
 }
 
-/// Runs jobs on this replica until the process ends.
-pub fn spawn_worker(state: ApiState) {
+/// Runs jobs on this replica until `stop` turns true (or its sender is
+/// dropped), so that a stopped service lets go of its stores.
+///
+/// A job running then is dropped as a crash would drop it: it is claimed
+/// again, from its first chunk, once its lease runs out, and that counts
+/// as one of its [`MAX_ATTEMPTS`]. Waiting for it instead would hold the
+/// shutdown for as long as the largest export takes.
+pub async fn work(state: ApiState, mut stop: watch::Receiver<bool>) {
     let store = state.jobs.store.clone();
-    tokio::spawn(async move {
+    let worker = async {
         let mut expired_at: Option<Instant> = None;
         loop {
             match run_next(&state, &store).await {
@@ -164,7 +171,11 @@ pub fn spawn_worker(state: ApiState) {
             }
             tokio::time::sleep(state.jobs.config.poll).await;
         }
-    });
+    };
+    tokio::select! {
+        () = worker => {}
+        _ = stop.wait_for(|stopped| *stopped) => {}
+    }
 }
 
 async fn expire(state: &ApiState, store: &Arc<dyn ExportJobStore>) {

@@ -94,14 +94,13 @@ fn data_dir_secret(dir: &Path) -> anyhow::Result<String> {
 }
 
 /// The `/v1` routes alone over `store`, with the in-memory catalog loaded
-/// and refreshing, and the export job worker running over `jobs` (dev
-/// serves them beside ingest); and the meter counting their requests in
-/// keys' usage, for [`run_usage`].
+/// and refreshing (dev serves them beside ingest); and what must run beside
+/// them ([`Workers`]).
 pub async fn router(
     cfg: &ApiConfig,
     store: Arc<dyn Store>,
     jobs: Arc<dyn ExportJobStore>,
-) -> anyhow::Result<(Router, Arc<UsageMeter>)> {
+) -> anyhow::Result<(Router, Workers)> {
     let catalog = Catalog::new(store.clone());
     catalog.refresh().await?;
     catalog.spawn_refresher(CATALOG_REFRESH);
@@ -121,21 +120,40 @@ pub async fn router(
         jobs: Jobs::new(jobs, cfg.export_jobs.clone()),
     }
     .into();
-    jobs::spawn_worker(state.clone());
-    let usage = state.usage.clone();
-    Ok((hindsight_api::router(state), usage))
+    let workers = Workers {
+        state: state.clone(),
+    };
+    Ok((hindsight_api::router(state), workers))
 }
 
-/// Writes `usage`'s tallies every second while `service` runs, and the last
-/// ones once its servers have answered their last request.
-pub fn run_usage(service: &mut Service, usage: Arc<UsageMeter>) {
-    let periodic = usage.clone();
-    service.spawn_with(move |stop| periodic.run(stop));
-    service.after_stop(async move {
-        if let Err(e) = usage.flush().await {
-            tracing::error!(error = %e, "writing the last usage counts failed");
-        }
-    });
+/// What runs beside the `/v1` routes: the meter writing the requests it
+/// counted into keys' usage every second, and the export job worker. Both
+/// stop with the routes' service: a worker left running would hold the
+/// stores, their files and their page caches, after the service is gone.
+pub struct Workers {
+    state: ApiState,
+}
+
+impl Workers {
+    /// Runs both while `service` runs; the last usage counts are written
+    /// once its servers have answered their last request.
+    pub fn attach(self, service: &mut Service) {
+        let usage = self.state.usage.clone();
+        let periodic = usage.clone();
+        service.spawn_with(move |stop| periodic.run(stop));
+        service.spawn_with(move |stop| jobs::work(self.state, stop));
+        service.after_stop(async move {
+            if let Err(e) = usage.flush().await {
+                tracing::error!(error = %e, "writing the last usage counts failed");
+            }
+        });
+    }
+
+    /// Runs both until `stop` turns true (or its sender is dropped).
+    pub fn spawn(self, stop: tokio::sync::watch::Receiver<bool>) {
+        tokio::spawn(self.state.usage.clone().run(stop.clone()));
+        tokio::spawn(jobs::work(self.state, stop));
+    }
 }
 
 pub async fn build(
@@ -148,8 +166,8 @@ pub async fn build(
         log: None,
         store: Some(store.clone()),
     });
-    let (routes, usage) = router(cfg, store, backends.export_jobs()?).await?;
+    let (routes, workers) = router(cfg, store, backends.export_jobs()?).await?;
     let mut service = Service::new("api", listeners, routes, ops);
-    run_usage(&mut service, usage);
+    workers.attach(&mut service);
     Ok(service)
 }

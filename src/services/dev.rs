@@ -24,14 +24,14 @@ pub async fn build(
     listeners: Listeners,
 ) -> anyhow::Result<Service> {
     let (log, store) = (backends.log()?, backends.store()?);
-    let (routes, usage) = api::router(&cfg.api, store.clone(), backends.export_jobs()?).await?;
+    let (routes, workers) = api::router(&cfg.api, store.clone(), backends.export_jobs()?).await?;
     let routes = routes.merge(ingest::router(&cfg.ingest, log.clone(), store.clone()));
     let ops = ops::router(Readiness {
         log: Some(log.clone()),
         store: Some(store),
     });
     let mut service = Service::new("dev", listeners, routes, ops);
-    api::run_usage(&mut service, usage);
+    workers.attach(&mut service);
     projector::attach(&mut service, &cfg.projector, backends)?;
     if let Some(demo) = &cfg.demo {
         // History only into a log that has never held anything: a restart

@@ -23,4 +23,5 @@ mod listeners;
 mod ops;
 mod pipeline;
 mod rate_limits;
+mod shutdown;
 mod ticks;
