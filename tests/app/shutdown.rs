@@ -19,8 +19,8 @@ fn open_files_under(dir: &Path) -> Vec<String> {
         .collect()
 }
 
-/// Waits up to 5 s for every file under `dir` to be closed (a store's
-/// checkpoint thread ends on its own), and returns those still open.
+/// Waits up to 5 s for every file under `dir` to be closed, and returns
+/// those still open.
 async fn still_open_after_stop(dir: &Path) -> Vec<String> {
     let started = Instant::now();
     loop {
@@ -32,27 +32,28 @@ async fn still_open_after_stop(dir: &Path) -> Vec<String> {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stopped_dev_service_closes_every_file_of_its_data_directory() {
-    let app = spawn_dev("shutdown-dev").await;
+/// Runs `app` until it answers, stops it, and returns the files of its
+/// data directory still open once they had 5 s to close.
+async fn open_after_stopping(app: TestApp) -> Vec<String> {
     let dir = app.data_dir.clone();
-    // The service answers: its API, with its workers, is up.
     let status = reqwest::get(app.api_url("/livez")).await.unwrap().status();
     assert_eq!(status, 200);
     assert!(
         !open_files_under(&dir).is_empty(),
-        "the running service has its data directory open"
+        "the running services have their data directory open"
     );
     app.stop().await;
-    assert_eq!(still_open_after_stop(&dir).await, Vec::<String>::new());
+    still_open_after_stop(&dir).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_dev_service_closes_every_file_of_its_data_directory() {
+    let app = spawn_dev("shutdown-dev").await;
+    assert_eq!(open_after_stopping(app).await, Vec::<String>::new());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopped_ingest_projector_and_api_services_close_every_file_of_their_data_directory() {
     let app = spawn_app("shutdown-services").await;
-    let dir = app.data_dir.clone();
-    let status = reqwest::get(app.api_url("/livez")).await.unwrap().status();
-    assert_eq!(status, 200);
-    app.stop().await;
-    assert_eq!(still_open_after_stop(&dir).await, Vec::<String>::new());
+    assert_eq!(open_after_stopping(app).await, Vec::<String>::new());
 }
