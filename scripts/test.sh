@@ -61,9 +61,18 @@ cat "$HINDSIGHT_TEST_REPORT"
 rm -f "$HINDSIGHT_TEST_REPORT"
 unset HINDSIGHT_TEST_REPORT
 echo "== conformance suites per backend (checks by name; CQL on Apache Cassandra, log on Apache Kafka)"
+# A check that fails shows why too: the whole `failures:` section, which
+# names the check and carries its message (the filter alone hid it).
 for pkg in hindsight-sqlite hindsight-scylla hindsight-kafka; do
   echo "-- $pkg"
-  cargo test --locked -p "$pkg" --test conformance 2>&1 | grep -E "^test |^test result"
+  suite_out="$scratch/conformance-$pkg.log"
+  suite_status=0
+  cargo test --locked -p "$pkg" --test conformance > "$suite_out" 2>&1 || suite_status=$?
+  grep -E "^test |^test result" "$suite_out" || true
+  if [ "$suite_status" -ne 0 ]; then
+    sed -n '/^failures:$/,/^test result/p' "$suite_out"
+    exit "$suite_status"
+  fi
 done
 echo "== fuzz targets (libFuzzer via cargo fuzz, stable toolchain), ${FUZZ_SECONDS:-25} s each from their seed corpora"
 scripts/fuzz.sh
