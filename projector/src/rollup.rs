@@ -28,6 +28,9 @@ use rustc_hash::FxHashMap;
 use smallvec::SmallVec;
 use std::sync::Arc;
 
+mod chunked;
+use chunked::Chunked;
+
 const NRES: usize = Resolution::ALL.len();
 
 /// A series' slots at one resolution, by bucket. Between steps most hold
@@ -140,7 +143,9 @@ pub struct Rollup {
     /// absent and added by a comparison with the last, where a map of
     /// every slot cost a hash and a cache miss or two per new bucket.
     buckets: Vec<[Buckets; NRES]>,
-    slots: Vec<Slot>,
+    /// The rows in memory, by slot number; chunked, so the memory of rows
+    /// forgotten goes back (see [`chunked`]).
+    slots: Chunked<Slot>,
     /// Series index of each event of the batch being applied (u32::MAX for
     /// catalog events), filled by `series_of`.
     batch_series: Vec<u32>,
@@ -542,7 +547,8 @@ impl Rollup {
                 keep[s as usize] = true;
             }
         }
-        // Old slot number -> new, `u32::MAX` for a slot forgotten.
+        // Old slot number -> new, `u32::MAX` for a slot forgotten. The
+        // chunks past the last slot kept are freed.
         let mut renumbered = vec![u32::MAX; self.slots.len()];
         let mut next = 0u32;
         let mut i = 0;
@@ -918,25 +924,29 @@ mod tests {
     }
 
     #[test]
-    fn shrinking_hands_back_a_large_steps_capacity_and_keeps_the_rows() {
+    fn forgetting_and_shrinking_hand_back_a_large_steps_rows_and_keep_the_rest() {
         let mut rollup = Rollup::new();
         rollup.store_emptied();
-        let large: Vec<_> = (0..2_000)
+        // 21 000 slots: more than one chunk of the slot table.
+        let large: Vec<_> = (0..3_000)
             .map(|i| tick(i, &format!("t{i}"), 0, 0.5))
             .collect();
         step(&mut rollup, &large);
-        step(&mut rollup, &[tick(2_000, "t0", 60_000, 0.6)]);
-        // The large step's rows go; the last drain's (t0's) stay.
+        let grown = rollup.slots.capacity();
+        assert!(grown >= 3_000 * NRES);
+        step(&mut rollup, &[tick(3_000, "t0", 60_000, 0.6)]);
+        // The large step's rows go, and with them the slot table's chunks
+        // past the rows kept; the last drain's (t0's) stay.
         rollup.forget_rows(10 * NRES);
         let rows = rollup.len();
         assert_eq!(rows, NRES);
-        assert!(rollup.slots.capacity() >= 2_000 * NRES);
+        assert!(rollup.slots.capacity() < grown, "{grown}");
         rollup.shrink();
         assert_eq!(rollup.len(), rows);
         assert_eq!(rollup.slots.capacity(), rows);
         assert_eq!(rollup.batch_slots.capacity(), 0);
         // Rows kept are still folded into, without a load.
-        let loaded = step(&mut rollup, &[tick(2_001, "t0", 60_001, 0.7)]);
+        let loaded = step(&mut rollup, &[tick(3_001, "t0", 60_001, 0.7)]);
         assert!(loaded.is_empty(), "{loaded:?}");
     }
 
