@@ -149,11 +149,14 @@ impl Phase {
         let h = Arc::new(Harness::start("live").await?);
         let prefix = self.prefix.as_str();
         let markets = self.tokens / 2;
-        let catalog: Vec<String> = (0..markets)
-            .map(|m| market_line(&format!("{prefix}{m}")))
-            .collect();
-        for chunk in catalog.chunks(BATCH as usize) {
-            h.post(chunk.join("\n") + "\n").await?;
+        // Each batch of market lines is made as it is sent, like the ticks:
+        // the whole catalog of phase 2's 50 000 markets, held through the
+        // phase, was 18 MB of the RSS measured (`heaptrack`).
+        for first in (0..markets).step_by(BATCH as usize) {
+            let body: String = (first..markets.min(first + BATCH as usize))
+                .map(|m| market_line(&format!("{prefix}{m}")) + "\n")
+                .collect();
+            h.post(body).await?;
         }
         h.drain().await?;
         let base = h.durable().await?;
