@@ -14,8 +14,8 @@ fn open_files_under(dir: &Path) -> Vec<String> {
     std::fs::read_dir("/proc/self/fd")
         .unwrap()
         .filter_map(|fd| std::fs::read_link(fd.ok()?.path()).ok())
+        .filter(|target| target.starts_with(dir))
         .map(|target| target.display().to_string())
-        .filter(|target| target.starts_with(&dir.display().to_string()))
         .collect()
 }
 
