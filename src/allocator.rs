@@ -14,12 +14,22 @@
 //! `live` over 20 s on 20 000 tokens), see docs/DESIGN.md, "The global
 //! allocator is mimalloc".
 //!
-//! Why a purge delay of 10 ms rather than mimalloc's 1 s: memory a step
-//! freed is handed back to the system 10 ms later instead of a second
-//! later, by which time the next step has allocated its own. Over 20 s of
-//! live sending, peak RSS was 978–987 MB with 1 s, 774 MB with 100 ms,
-//! 704 MB with 10 ms and 687 MB with 0 (glibc: 691–699 MB), at the same
-//! events/s; at 0 a long-tail backfill spent ~0.5 s more in the kernel.
+//! Why a purge delay of 10 ms rather than mimalloc's 1 s for a service:
+//! memory a step freed is handed back to the system 10 ms later instead of
+//! a second later, by which time the next step has allocated its own. Over
+//! 20 s of live sending, peak RSS was 978–987 MB with 1 s, 774 MB with
+//! 100 ms, 704 MB with 10 ms and 687 MB with 0 (glibc: 691–699 MB), at the
+//! same events/s; at 0 a long-tail backfill spent ~0.5 s more in the kernel.
+//!
+//! Why 250 ms for a batch command (`backfill`, `rebuild`): it runs flat out
+//! and exits, so memory handed back between two steps is only faulted in
+//! and zeroed again by the next one, a step later (100–300 ms). Kept a
+//! little longer than a step, the next step reuses it. On the `shapes`
+//! files, alternated four times with 10 ms, `backfill --project` took a
+//! median 0.93 s against 1.12 on the dense file (page faults 40 000–46 000
+//! against 84 000–97 000) and 2.60 against 2.80 s on the long tail, at a
+//! peak RSS of 111–126 MB against 82–96 and 322–381 MB against 284–314
+//! (docs/DESIGN.md, "The global allocator is mimalloc").
 //!
 //! Why no transparent huge pages: mimalloc asks the kernel for them on the
 //! memory it maps (`madvise`), so where the system allows them on request
@@ -41,15 +51,34 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 /// `libmimalloc-sys` does not name.
 const MI_OPTION_PURGE_DELAY: c_int = 15;
 
-/// Milliseconds before mimalloc hands freed memory back to the system.
-const PURGE_DELAY_MS: i64 = 10;
+/// What the process runs, which sets how soon mimalloc hands the memory
+/// it freed back to the system (see the module's doc).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Workload {
+    /// A long-running service: memory goes back 10 ms after it is freed,
+    /// so a process that drained a backlog or served a burst shrinks.
+    Service,
+    /// A command that runs its steps back to back and exits (`backfill`,
+    /// `rebuild`): memory is kept 250 ms, past the next step's allocations.
+    Batch,
+}
+
+impl Workload {
+    /// Milliseconds before mimalloc hands freed memory back to the system.
+    pub fn purge_delay_ms(self) -> i64 {
+        match self {
+            Workload::Service => 10,
+            Workload::Batch => 250,
+        }
+    }
+}
 
 /// `mi_option_allow_thp` in mimalloc 3's mimalloc.h, which
 /// `libmimalloc-sys` does not name either.
 const MI_OPTION_ALLOW_THP: c_int = 43;
 
-/// Tunes both allocators, unless the environment already sets the
-/// parameter (`MIMALLOC_PURGE_DELAY`, `MALLOC_ARENA_MAX`,
+/// Tunes both allocators for `workload`, unless the environment already
+/// sets the parameter (`MIMALLOC_PURGE_DELAY`, `MALLOC_ARENA_MAX`,
 /// `MALLOC_MMAP_THRESHOLD_`): mimalloc's purge delay (above), and glibc's
 /// malloc, which SQLite's page caches use, to two arenas with blocks of
 /// 4 MiB and more mapped on their own.
@@ -69,12 +98,12 @@ const MI_OPTION_ALLOW_THP: c_int = 43;
 /// 747–784 MB with glibc's default, 690–719 MB at 4 MiB over 20 s of live
 /// sending). 128 KiB made a backfill's parse buffers mapped and faulted in
 /// afresh.
-pub fn tune_malloc() {
+pub fn tune_malloc(workload: Workload) {
     if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
         // SAFETY: sets one of mimalloc's options, which it reads when it
         // next purges.
         unsafe {
-            libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, PURGE_DELAY_MS as _);
+            libmimalloc_sys::mi_option_set(MI_OPTION_PURGE_DELAY, workload.purge_delay_ms() as _);
         }
     }
     if std::env::var_os("MIMALLOC_ALLOW_THP").is_none() {
@@ -158,25 +187,28 @@ mod tests {
 
     /// The option index is mimalloc.h's, which no binding names: the
     /// purge delay is the option whose default is 1 000 ms (mimalloc 3),
-    /// and setting it through the index reads back.
+    /// and setting it through the index reads back, each workload's own.
     #[test]
     fn the_purge_delay_option_is_the_one_set() {
+        let delays = [Workload::Service, Workload::Batch].map(Workload::purge_delay_ms);
         // SAFETY: reads and sets an option of the allocator.
         unsafe {
             if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
                 let before = libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) as i64;
                 assert!(
-                    before == 1000 || before == PURGE_DELAY_MS,
+                    before == 1000 || delays.contains(&before),
                     "option {MI_OPTION_PURGE_DELAY} is {before}, not the purge delay"
                 );
             }
-            tune_malloc();
-            let after = libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) as i64;
-            let want = std::env::var("MIMALLOC_PURGE_DELAY")
-                .ok()
-                .and_then(|v| v.parse().ok())
-                .unwrap_or(PURGE_DELAY_MS);
-            assert_eq!(after, want);
+            for workload in [Workload::Batch, Workload::Service] {
+                tune_malloc(workload);
+                let after = libmimalloc_sys::mi_option_get(MI_OPTION_PURGE_DELAY) as i64;
+                let want = std::env::var("MIMALLOC_PURGE_DELAY")
+                    .ok()
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(workload.purge_delay_ms());
+                assert_eq!(after, want, "{workload:?}");
+            }
         }
     }
 
@@ -196,7 +228,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     fn huge_pages_are_off_here_and_given_back_to_an_anchor() {
         use std::process::Command;
-        tune_malloc();
+        tune_malloc(Workload::Service);
         // SAFETY: reads an option of the allocator.
         let option = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_ALLOW_THP) };
         assert_eq!(option, 0, "option {MI_OPTION_ALLOW_THP}");

@@ -69,6 +69,20 @@ pub enum Command {
     Scylla(ScyllaCommand),
 }
 
+impl Command {
+    /// How the allocators are tuned for it (`crate::allocator`): the
+    /// operator commands that run steps back to back and exit are batch
+    /// work; everything else, services and short commands alike, keeps a
+    /// service's prompt return of memory.
+    pub fn workload(&self) -> crate::allocator::Workload {
+        use crate::allocator::Workload;
+        match self {
+            Command::Backfill(_) | Command::Rebuild(_) => Workload::Batch,
+            _ => Workload::Service,
+        }
+    }
+}
+
 // ---- backend flag groups ------------------------------------------------------
 
 const DEFAULT_KAFKA_GROUP: &str = "hindsight-projector";
@@ -973,5 +987,26 @@ mod tests {
         ]);
         assert_eq!(given.step_rows_max, 1_000);
         assert_eq!(given.backlog_batch_max, 5_000);
+    }
+
+    /// The commands that run steps back to back and exit get the batch
+    /// allocator tuning; services keep theirs.
+    #[test]
+    fn batch_commands_are_tuned_as_batch_work() {
+        use crate::allocator::Workload;
+        let workload = |args: &[&str]| {
+            Cli::try_parse_from([&["hindsight"], args].concat())
+                .unwrap()
+                .command
+                .workload()
+        };
+        assert_eq!(
+            workload(&["backfill", "--project", "f.ndjson"]),
+            Workload::Batch
+        );
+        assert_eq!(workload(&["rebuild"]), Workload::Batch);
+        for service in ["dev", "ingest", "projector", "api"] {
+            assert_eq!(workload(&[service]), Workload::Service, "{service}");
+        }
     }
 }

@@ -11,8 +11,9 @@ use hindsight::config::Cli;
 use std::io::IsTerminal;
 
 fn main() -> anyhow::Result<()> {
-    hindsight::allocator::tune_malloc();
+    // Parsing starts no thread: the allocators are still tuned before any.
     let cli = Cli::parse();
+    hindsight::allocator::tune_malloc(cli.command.workload());
     tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::try_new(&cli.log)?)
         .with_writer(std::io::stderr)

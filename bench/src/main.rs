@@ -55,7 +55,7 @@ mod ticks;
 fn main() -> anyhow::Result<()> {
     // As the `hindsight` binary does: `live` and `pipeline` run the server
     // in this process.
-    hindsight::allocator::tune_malloc();
+    hindsight::allocator::tune_malloc(hindsight::allocator::Workload::Service);
     let args: Vec<String> = std::env::args().skip(1).collect();
     let quick = args.iter().any(|a| a == "--quick");
     let which: Vec<&str> = args
