@@ -25,11 +25,10 @@
 //! and exits, so memory handed back between two steps is only faulted in
 //! and zeroed again by the next one, a step later (100–300 ms). Kept a
 //! little longer than a step, the next step reuses it. On the `shapes`
-//! files, alternated four times with 10 ms, `backfill --project` took a
-//! median 0.93 s against 1.12 on the dense file (page faults 40 000–46 000
-//! against 84 000–97 000) and 2.60 against 2.80 s on the long tail, at a
-//! peak RSS of 111–126 MB against 82–96 and 322–381 MB against 284–314
-//! (docs/DESIGN.md, "The global allocator is mimalloc").
+//! files, alternated with 10 ms, that halved a `backfill --project`'s page
+//! faults and made it ~5 % faster, for ~20–30 MB more at peak on the dense
+//! file and ~60–70 MB on the long tail (docs/DESIGN.md, "The global
+//! allocator is mimalloc", has the figures).
 //!
 //! Why no transparent huge pages: mimalloc asks the kernel for them on the
 //! memory it maps (`madvise`), so where the system allows them on request
