@@ -229,6 +229,11 @@ impl Backends {
             .ok_or_else(|| not_connected("the export job store"))
     }
 
+    /// The embedded log, when the log is embedded.
+    pub fn embedded_log(&self) -> Option<&Arc<SqliteLog>> {
+        self.embedded_log.as_ref()
+    }
+
     /// True when the log has never held an event. Only the embedded log can
     /// say so cheaply; a Kafka log is never taken as empty.
     pub async fn log_is_empty(&self) -> anyhow::Result<bool> {

@@ -301,14 +301,15 @@ async fn backfill_backends(args: &BackfillArgs) -> anyhow::Result<(Backends, Opt
         }
         other => other?,
     };
-    let projector = Projector::new(
-        backends.source()?,
-        backends.store()?,
-        hindsight_projector::ProjectorConfig {
-            idle_wait: BACKFILL_IDLE_WAIT,
-            ..args.projector.rebuild_config()
-        },
-    );
+    let config = hindsight_projector::ProjectorConfig {
+        idle_wait: BACKFILL_IDLE_WAIT,
+        ..args.projector.rebuild_config()
+    };
+    if let Some(log) = backends.embedded_log() {
+        // Two of the projector's steps: one it folds, one it takes next.
+        log.lead_consumer(2 * config.batch_max.max(config.backlog_batch_max));
+    }
+    let projector = Projector::new(backends.source()?, backends.store()?, config);
     Ok((backends, Some(Projecting::start(projector))))
 }
 

@@ -52,12 +52,23 @@ fn write_file(path: &Path, from_secs: i64, rounds: i64, step: i64) -> i64 {
 }
 
 fn backfill(dir: &Path, file: &Path) -> std::process::Output {
-    succeed(
-        hindsight()
-            .args(["backfill", "--project", "--no-progress", "--data-dir"])
-            .arg(dir)
-            .arg(file),
-    )
+    backfill_in_steps(dir, file, None)
+}
+
+/// A projecting backfill whose projector takes at most `step` events at a
+/// time, when given; its appends then run at most two steps ahead of it.
+fn backfill_in_steps(dir: &Path, file: &Path, step: Option<usize>) -> std::process::Output {
+    let mut command = hindsight();
+    command
+        .args(["backfill", "--project", "--no-progress", "--data-dir"])
+        .arg(dir)
+        .arg(file);
+    if let Some(step) = step {
+        command
+            .env("HINDSIGHT_PROJECTOR_BATCH_MAX", step.to_string())
+            .env("HINDSIGHT_PROJECTOR_BACKLOG_BATCH_MAX", step.to_string());
+    }
+    succeed(&mut command)
 }
 
 fn price_ticks(dir: &Path, res_minutes: i64) -> i64 {
@@ -69,20 +80,32 @@ fn price_ticks(dir: &Path, res_minutes: i64) -> i64 {
 
 #[test]
 fn a_projecting_backfill_leaves_the_tables_a_rebuild_makes() {
-    let dir = temp_dir("backfill-project");
+    projected_equals_rebuilt("backfill-project", None);
+}
+
+/// Steps of 15 000 events: the 20 000-line chunks' appends wait for the
+/// projector (two steps ahead at most), which takes them from the log's
+/// memory, whole and in parts, and reads the file for what was not kept.
+#[test]
+fn a_backfill_paced_by_its_projector_leaves_the_tables_a_rebuild_makes() {
+    projected_equals_rebuilt("backfill-project-paced", Some(15_000));
+}
+
+fn projected_equals_rebuilt(name: &str, step: Option<usize>) {
+    let dir = temp_dir(name);
     let (first, second) = (dir.join("first.ndjson"), dir.join("second.ndjson"));
     // The second file starts 30 minutes before the first ends: its first
     // ticks fall in 1h, 6h and 1d buckets the first file's left open.
     let a = write_file(&first, 0, 2_000, 7);
     let b = write_file(&second, 2_000 * 7 - 1_800, 2_000, 7);
 
-    let out = backfill(&dir, &first);
+    let out = backfill_in_steps(&dir, &first, step);
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(said.contains("projected into the read tables"), "{said}");
     assert_eq!(consumed(&dir), log_head(&dir), "the whole log is projected");
     assert_eq!(price_ticks(&dir, 1), a);
 
-    backfill(&dir, &second);
+    backfill_in_steps(&dir, &second, step);
     assert_eq!(consumed(&dir), log_head(&dir));
     for res in [1, 5, 10, 15, 60, 360, 1440] {
         assert_eq!(price_ticks(&dir, res), a + b, "price ticks at res {res}");

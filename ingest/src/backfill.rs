@@ -240,20 +240,8 @@ impl Reading<'_, '_> {
     /// the file.
     fn read_lines(&mut self) -> Result<bool, String> {
         self.chunk.clear();
-        let mut lines = 0;
-        while lines < CHUNK_LINES {
-            let n = self
-                .lines
-                .read_until(b'\n', &mut self.chunk)
-                .map_err(at(self.path))?;
-            if n == 0 {
-                break;
-            }
-            if !self.chunk.ends_with(b"\n") {
-                self.chunk.push(b'\n');
-            }
-            lines += 1;
-        }
+        let lines =
+            read_lines(&mut self.lines, &mut self.chunk, CHUNK_LINES).map_err(at(self.path))?;
         self.report.lines += lines as u64;
         Ok(lines > 0)
     }
@@ -278,6 +266,40 @@ impl Reading<'_, '_> {
         self.report.rejected += rejected.len() as u64;
         Ok(())
     }
+}
+
+/// Appends up to `max` lines of `reader` to `chunk`, each ending in a
+/// newline (a last line without one gets one), and returns how many.
+///
+/// Whole stretches of the reader's buffer are copied at once, up to the
+/// newline that ends the last line taken (a line at a time, `read_until`'s
+/// search and copy were ~2 % of a backfill's samples).
+fn read_lines(reader: &mut dyn BufRead, chunk: &mut Vec<u8>, max: usize) -> std::io::Result<usize> {
+    let mut lines = 0;
+    // The chunk ends inside a line (its newline not read yet).
+    let mut inside = false;
+    while lines < max {
+        let buf = reader.fill_buf()?;
+        if buf.is_empty() {
+            if inside {
+                chunk.push(b'\n');
+                lines += 1;
+            }
+            break;
+        }
+        let mut take = buf.len();
+        for end in memchr::memchr_iter(b'\n', buf) {
+            lines += 1;
+            if lines == max {
+                take = end + 1;
+                break;
+            }
+        }
+        inside = buf[take - 1] != b'\n';
+        chunk.extend_from_slice(&buf[..take]);
+        reader.consume(take);
+    }
+    Ok(lines)
 }
 
 /// An I/O error as the message a backfill fails with: the file, then why.
@@ -323,6 +345,53 @@ async fn append_chunk(log: &dyn EventLog, path: &Path, chunk: Chunk) -> Result<A
             // Another backfill of this file holds the chunk (or one that
             // died does, until its lease runs out).
             AppendOutcome::Busy { retry_after } => tokio::time::sleep(retry_after).await,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `text`'s lines in chunks of up to `max`, read through a buffer of
+    /// `capacity` bytes: each chunk's text and line count.
+    fn chunks(text: &str, capacity: usize, max: usize) -> Vec<(String, usize)> {
+        let mut reader = BufReader::with_capacity(capacity, text.as_bytes());
+        let mut out = Vec::new();
+        loop {
+            let mut chunk = Vec::new();
+            let n = read_lines(&mut reader, &mut chunk, max).unwrap();
+            if n == 0 {
+                assert!(chunk.is_empty());
+                return out;
+            }
+            out.push((String::from_utf8(chunk).unwrap(), n));
+        }
+    }
+
+    #[test]
+    fn chunks_are_whole_lines_whatever_the_buffer_cuts() {
+        let texts = [
+            "",
+            "a\n",
+            "a",
+            "a\nbb\n\nccc\ndddd\n",
+            "a\nbb\n\nccc\ndddd",
+            "\n\n\n",
+            "one long line of many more bytes than the buffer holds\nx",
+        ];
+        for text in texts {
+            let lines: Vec<&str> = text.split_terminator('\n').collect();
+            for capacity in [1, 2, 3, 5, 8, 64] {
+                for max in [1, 2, 3, 100] {
+                    let got = chunks(text, capacity, max);
+                    let want: Vec<(String, usize)> = lines
+                        .chunks(max)
+                        .map(|c| (c.iter().map(|l| format!("{l}\n")).collect(), c.len()))
+                        .collect();
+                    assert_eq!(got, want, "{text:?}, capacity {capacity}, max {max}");
+                }
+            }
         }
     }
 }

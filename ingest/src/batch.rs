@@ -61,14 +61,28 @@ pub fn validate(
     // As many events as lines, at most: filled without growing. No line
     // of an event is shorter than `kind` and its value alone, so a body of
     // blank lines does not reserve room for millions.
-    let lines = body.iter().filter(|b| **b == b'\n').count() + 1;
+    let lines = memchr::memchr_iter(b'\n', body).count() + 1;
     let room = lines.min(body.len() / r#"{"kind":"price"}"#.len() + 1);
     let mut out = Validated {
         events: Vec::with_capacity(room),
         ..Validated::default()
     };
-    for (i, line) in body.split(|b| *b == b'\n').enumerate() {
-        let parsed = match std::str::from_utf8(line) {
+    // Lines are found with `memchr` and the body is checked as UTF-8 in
+    // one pass; a line at a time only when some line is not UTF-8. (A byte
+    // at a time, splitting, counting and checking each line were a sixth
+    // of validating a body of ticks.)
+    let text = std::str::from_utf8(body).ok();
+    let ends = memchr::memchr_iter(b'\n', body).chain([body.len()]);
+    let mut start = 0;
+    for (i, end) in ends.enumerate() {
+        let (from, line) = (start, &body[start..end]);
+        start = end + 1;
+        let text = match text {
+            // Both ends are at a newline or the body's ends: char boundaries.
+            Some(all) => Ok(&all[from..end]),
+            None => std::str::from_utf8(line),
+        };
+        let parsed = match text {
             Ok(text) if text.trim().is_empty() => continue,
             Ok(text) => wire::parse_line_with(text.trim_end_matches('\r'), now, limits)
                 .and_then(|event| claims.check(catalog, &event).map(|()| event)),

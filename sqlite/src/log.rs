@@ -30,9 +30,13 @@ use hindsight_schemas::{codec, Timestamp};
 use hindsight_telemetry as tm;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::sync::watch;
+use tokio::sync::{watch, Notify};
+
+mod recent;
+use recent::Recent;
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS log_batches (
@@ -183,6 +187,13 @@ pub struct SqliteLog {
     /// Offset after the newest event this process knows of; wakes in-process
     /// consumers immediately after an append.
     head: watch::Sender<u64>,
+    /// The batches this process appended last, for its consumer.
+    recent: Arc<Mutex<Recent>>,
+    /// Told when the consumer moves on or goes; appends that wait for it
+    /// ([`SqliteLog::lead_consumer`]) wait on this.
+    consumer_moved: Arc<Notify>,
+    /// Appends wait for the consumer ([`SqliteLog::lead_consumer`]).
+    paced: AtomicBool,
 }
 
 impl SqliteLog {
@@ -202,7 +213,45 @@ impl SqliteLog {
             writer: Arc::new(Mutex::new(conn)),
             path,
             head: watch::Sender::new(head),
+            recent: Arc::new(Mutex::new(Recent::new(0))),
+            consumer_moved: Arc::new(Notify::new()),
+            paced: AtomicBool::new(false),
         })
+    }
+
+    /// Keeps what this process appends, up to `lead` events ahead of its
+    /// consumer, for the consumer to take from memory (`recent`), and makes
+    /// each append wait until it lies within `lead` of the consumer.
+    ///
+    /// For `backfill --project`: its appends outran its own projector, which
+    /// then read each batch back from the file well after it was written
+    /// (a select, zstd's inflate and a decode of every envelope, 8–14 % of
+    /// the command's samples). Held back instead, the appends leave their
+    /// core to the projector, and it reads none of them from the file.
+    /// Services do not call this: their appends never wait for a
+    /// projector, and one far behind would find nothing kept anyway.
+    pub fn lead_consumer(&self, lead: usize) {
+        self.recent.lock().unwrap().set_cap(lead);
+        self.paced.store(true, Ordering::Relaxed);
+    }
+
+    /// Waits until an append of `n` events lies within the lead of this
+    /// process's consumer, if [`SqliteLog::lead_consumer`] asked for that.
+    async fn pace(&self, n: usize) {
+        if !self.paced.load(Ordering::Relaxed) {
+            return;
+        }
+        loop {
+            // Registered before the check, so a move in between is not lost.
+            let moved = self.consumer_moved.notified();
+            tokio::pin!(moved);
+            moved.as_mut().enable();
+            let head = *self.head.borrow();
+            if self.recent.lock().unwrap().has_room(head, n) {
+                return;
+            }
+            moved.await;
+        }
     }
 
     /// A consumer starting at `from` (the position after the last consumed
@@ -212,8 +261,11 @@ impl SqliteLog {
     }
 
     fn consumer_inner(&self, from: u64) -> Result<SqliteConsumer> {
+        self.recent.lock().unwrap().attach(from);
         Ok(SqliteConsumer {
             conn: Arc::new(Mutex::new(open_log(&self.path)?)),
+            recent: self.recent.clone(),
+            moved: self.consumer_moved.clone(),
             next: from,
             head: self.head.subscribe(),
         })
@@ -245,8 +297,11 @@ impl EventLog for SqliteLog {
     }
 
     async fn append(&self, batch: AppendBatch) -> CResult<AppendOutcome> {
+        self.pace(batch.events.len()).await;
         let conn = self.writer.clone();
         let started = Instant::now();
+        let events = batch.events.clone();
+        let recent = self.recent.clone();
         let (outcome, head) = blocking(move || {
             // Compressed before the write lock is taken: appends of other
             // requests wait only for the insert and the fsync.
@@ -308,6 +363,8 @@ impl EventLog for SqliteLog {
                 }
             }
             tx.commit()?;
+            // Under the write lock still: kept in the order committed.
+            recent.lock().unwrap().keep(first, events);
             Ok((AppendOutcome::Appended { count }, Some(first + count as u64)))
         })
         .await?;
@@ -325,18 +382,53 @@ impl EventLog for SqliteLog {
 /// transaction as the buckets.
 pub struct SqliteConsumer {
     conn: Arc<Mutex<Connection>>,
+    /// Its log's batches appended by this process, read before the file.
+    recent: Arc<Mutex<Recent>>,
+    /// Told each time this consumer moves on, and when it goes.
+    moved: Arc<Notify>,
     next: u64,
     head: watch::Receiver<u64>,
 }
 
 impl SqliteConsumer {
+    /// Reads the events from `from` onwards into `out`, until it holds
+    /// `max`: those [`Recent`] keeps, then the file's up to the next one it
+    /// keeps. Says whether it read any.
+    fn read(
+        conn: &Connection,
+        recent: &Mutex<Recent>,
+        from: u64,
+        max: usize,
+        out: &mut Vec<Delivered>,
+    ) -> Result<bool> {
+        let before = out.len();
+        let kept = recent.lock().unwrap().take(from, max, out);
+        if out.len() < max {
+            let from = out.last().map_or(from, |d| d.position.offset + 1);
+            // The file's events up to the next kept one, at most.
+            let upto = kept.map_or(max, |next| {
+                max.min(out.len() + next.saturating_sub(from) as usize)
+            });
+            Self::read_file(conn, from, upto, out)?;
+        }
+        Ok(out.len() > before)
+    }
+
     /// Reads the batch rows holding `from` onwards into `out`, until it
     /// holds `max` events (the rest of the last row is read again by the
-    /// next poll) or 64 rows were read. Says whether it read any.
-    fn read(conn: &Connection, from: u64, max: usize, out: &mut Vec<Delivered>) -> Result<bool> {
+    /// next poll) or 64 rows were read. Says whether it read any. A row
+    /// that ends before `from` is not read: at the log's end every poll
+    /// inflated the last batch only to skip all of it.
+    fn read_file(
+        conn: &Connection,
+        from: u64,
+        max: usize,
+        out: &mut Vec<Delivered>,
+    ) -> Result<bool> {
         let mut stmt = conn.prepare_cached(
             "SELECT first_offset, count, codec, payload FROM log_batches
              WHERE first_offset >= COALESCE((SELECT MAX(first_offset) FROM log_batches WHERE first_offset <= ?1), 0)
+               AND first_offset + count > ?1
              ORDER BY first_offset LIMIT 64",
         )?;
         let mut rows = stmt.query(params![from as i64])?;
@@ -426,6 +518,13 @@ fn decode_batch(
     Ok(())
 }
 
+impl Drop for SqliteConsumer {
+    fn drop(&mut self) {
+        self.recent.lock().unwrap().detach();
+        self.moved.notify_waiters();
+    }
+}
+
 #[async_trait]
 impl LogConsumer for SqliteConsumer {
     async fn poll(&mut self, max: usize, wait: Duration) -> CResult<Vec<Delivered>> {
@@ -444,10 +543,11 @@ impl LogConsumer for SqliteConsumer {
         // written.
         let mut out: Vec<Delivered> = Vec::with_capacity(max);
         while out.len() < max {
-            let conn = self.conn.clone();
+            let (conn, recent) = (self.conn.clone(), self.recent.clone());
             let from = out.last().map_or(self.next, |d| d.position.offset + 1);
             let (read, filled) = blocking(move || {
-                let read = SqliteConsumer::read(&conn.lock().unwrap(), from, max, &mut out)?;
+                let read =
+                    SqliteConsumer::read(&conn.lock().unwrap(), &recent, from, max, &mut out)?;
                 Ok((read, out))
             })
             .await?;
@@ -464,6 +564,8 @@ impl LogConsumer for SqliteConsumer {
         }
         if let Some(last) = out.last() {
             self.next = last.position.offset + 1;
+            self.recent.lock().unwrap().consumed_to(self.next);
+            self.moved.notify_waiters();
         }
         Ok(out)
     }
@@ -550,6 +652,160 @@ mod tests {
             sizes.push(got.len());
         }
         assert_eq!(sizes, [150, 150, 150, 50]);
+    }
+
+    /// What this process appended is handed to its consumer from memory
+    /// when near it, and from the file when not: either way the same
+    /// events under the same offsets as a reader of the file alone gets.
+    #[tokio::test]
+    async fn a_consumer_reads_from_memory_what_the_file_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = SqliteLog::open(dir.path()).unwrap();
+        log.recent.lock().unwrap().set_cap(250);
+        let mut consumer = log.consumer(0).unwrap();
+        let wait = Duration::from_millis(1);
+        let batch = |n: u64| {
+            (0..100)
+                .map(|i| {
+                    Event::Price(PriceTick {
+                        market_id: "m".into(),
+                        token_id: format!("t{}", n * 100 + i),
+                        ts: Timestamp(1_756_684_800_000 + (n * 100 + i) as i64),
+                        p: 0.5,
+                    })
+                })
+                .collect::<Vec<_>>()
+        };
+        let mut got = Vec::new();
+        for n in 0..10 {
+            log.append(AppendBatch {
+                events: batch(n).into(),
+                idempotency: None,
+            })
+            .await
+            .unwrap();
+            let kept = log.recent.lock().unwrap().len();
+            match n {
+                // Near the consumer: kept.
+                0 => assert_eq!(kept, 100),
+                1 => assert_eq!(kept, 200),
+                // Ends 300 past the consumer, more than 250: not kept.
+                2 => assert_eq!(kept, 200),
+                // The consumer read up to 300.
+                3 => assert_eq!(kept, 100),
+                _ => {}
+            }
+            // The consumer reads after every third batch, 150 at a time.
+            if n % 3 == 2 || n == 9 {
+                loop {
+                    let polled = consumer.poll(150, wait).await.unwrap();
+                    if polled.is_empty() {
+                        break;
+                    }
+                    got.extend(polled);
+                }
+            }
+        }
+        assert_eq!(log.recent.lock().unwrap().len(), 0, "all taken");
+        let file = SqliteLog::open(dir.path()).unwrap();
+        let mut reader = file.consumer(0).unwrap();
+        let mut want = Vec::new();
+        loop {
+            let polled = reader.poll(1000, wait).await.unwrap();
+            if polled.is_empty() {
+                break;
+            }
+            want.extend(polled);
+        }
+        assert_eq!(want.len(), 1000);
+        assert_eq!(got, want);
+        let appended: Vec<Event> = (0..10).flat_map(batch).collect();
+        let read: Vec<Event> = got.into_iter().map(|d| d.event).collect();
+        assert_eq!(read, appended);
+    }
+
+    /// With a lead, an append waits until it lies within the lead of the
+    /// consumer, goes on once the consumer has read on, and does not wait
+    /// for a consumer that is gone.
+    #[tokio::test]
+    async fn appends_wait_for_the_consumer_they_lead() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(SqliteLog::open(dir.path()).unwrap());
+        log.lead_consumer(200);
+        let mut consumer = log.consumer(0).unwrap();
+        let batch = || AppendBatch {
+            events: vec![
+                Event::Price(PriceTick {
+                    market_id: "m".into(),
+                    token_id: "t".into(),
+                    ts: Timestamp(1_756_684_800_000),
+                    p: 0.5,
+                });
+                100
+            ]
+            .into(),
+            idempotency: None,
+        };
+        log.append(batch()).await.unwrap();
+        log.append(batch()).await.unwrap();
+        let third = tokio::spawn({
+            let log = log.clone();
+            async move { log.append(batch()).await.unwrap() }
+        });
+        let wait = Duration::from_millis(1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!third.is_finished(), "300 ahead of a lead of 200: waits");
+        assert_eq!(consumer.poll(100, wait).await.unwrap().len(), 100);
+        tokio::time::timeout(Duration::from_secs(5), third)
+            .await
+            .expect("goes on once the consumer has read on")
+            .unwrap();
+        let fourth = tokio::spawn({
+            let log = log.clone();
+            async move { log.append(batch()).await.unwrap() }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!fourth.is_finished());
+        drop(consumer);
+        tokio::time::timeout(Duration::from_secs(5), fourth)
+            .await
+            .expect("no consumer, nothing to wait for")
+            .unwrap();
+    }
+
+    /// A consumer at the log's end does not read the last batch again:
+    /// spoilt after it was read, it goes unnoticed until the consumer
+    /// starts over.
+    #[tokio::test]
+    async fn a_poll_at_the_end_reads_no_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = SqliteLog::open(dir.path()).unwrap();
+        let tick = Event::Price(PriceTick {
+            market_id: "m".into(),
+            token_id: "t".into(),
+            ts: Timestamp(1_756_684_800_000),
+            p: 0.5,
+        });
+        log.append(AppendBatch {
+            events: vec![tick.clone(), tick].into(),
+            idempotency: None,
+        })
+        .await
+        .unwrap();
+        let mut consumer = log.consumer(0).unwrap();
+        let wait = Duration::from_millis(1);
+        assert_eq!(consumer.poll(10, wait).await.unwrap().len(), 2);
+        log.writer
+            .lock()
+            .unwrap()
+            .execute("UPDATE log_batches SET payload = x'00'", [])
+            .unwrap();
+        assert!(consumer.poll(10, wait).await.unwrap().is_empty());
+        let mut again = log.consumer(0).unwrap();
+        assert!(
+            again.poll(10, wait).await.is_err(),
+            "the spoilt batch is read from 0"
+        );
     }
 
     /// Every payload a batch row may hold reads back as its events: a
