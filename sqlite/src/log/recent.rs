@@ -119,7 +119,8 @@ impl Recent {
         if self.kept + n > self.cap || first < self.consumer_at {
             return;
         }
-        // Appends commit in offset order but may report back out of it.
+        // The log keeps a batch under its write lock, so in offset order;
+        // one out of it would still go in its place.
         let at = self.batches.partition_point(|b| b.first < first);
         self.batches.insert(
             at,
