@@ -73,13 +73,9 @@ impl Recent {
         }
     }
 
-    /// Keeps at most `cap` events from now on.
+    /// Keeps at most `cap` events from now on (set before any is kept).
     pub fn set_cap(&mut self, cap: usize) {
         self.cap = cap;
-        while self.kept > cap {
-            let back = self.batches.pop_back().expect("kept events are in batches");
-            self.kept -= back.events.len() - back.taken;
-        }
     }
 
     /// A consumer reading from `from` on.
@@ -113,10 +109,8 @@ impl Recent {
     pub fn keep(&mut self, first: u64, events: Arc<Vec<Event>>) {
         let n = events.len();
         let end = first + n as u64;
-        if n == 0 || end.saturating_sub(self.consumer_at) > self.cap as u64 {
-            return;
-        }
-        if self.kept + n > self.cap || first < self.consumer_at {
+        let near = end.saturating_sub(self.consumer_at) <= self.cap as u64;
+        if n == 0 || !near || self.kept + n > self.cap || first < self.consumer_at {
             return;
         }
         // The log keeps a batch under its write lock, so in offset order;
