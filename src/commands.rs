@@ -220,10 +220,9 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
 
 async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
     let (backends, projecting) = backfill_backends(&args).await?;
-    let log = backends.log()?;
     let catalog = Arc::new(CatalogView::new(backends.store()?, DEFAULT_CATALOG_MAX_AGE));
     let target = Target {
-        log: log.as_ref(),
+        log: backends.log()?,
         catalog: &catalog,
         limits: args.wire.limits(),
     };

@@ -247,7 +247,7 @@ async fn backfill_refuses_future_ticks_like_http_and_lists_them_in_the_rejects_f
     use hindsight_ingest::backfill::{backfill_file, rejects_path, Progress, Target};
     use hindsight_ingest::catalog::BatchClaims;
     let dir = tempfile::tempdir().unwrap();
-    let log = SqliteLog::open(&dir.path().join("log")).unwrap();
+    let log = Arc::new(SqliteLog::open(&dir.path().join("log")).unwrap());
     let file = dir.path().join("ticks.ndjson");
     let future =
         r#"{"kind":"price","market_id":"m1","token_id":"t1","ts":"2099-12-31T00:00:00Z","p":0.5}"#;
@@ -255,7 +255,7 @@ async fn backfill_refuses_future_ticks_like_http_and_lists_them_in_the_rejects_f
     std::fs::write(&file, format!("\u{FEFF}{TICK}\n{future}\n")).unwrap();
     let catalog = catalog_of(dir.path());
     let target = Target {
-        log: &log,
+        log,
         catalog: &catalog,
         limits: Default::default(),
     };
@@ -273,5 +273,67 @@ async fn backfill_refuses_future_ticks_like_http_and_lists_them_in_the_rejects_f
             .unwrap()
             .contains("allowed clock skew"),
         "{reject}"
+    );
+}
+
+/// Three chunks of ticks (the chunk is 20 000 lines), so the buffers a
+/// backfill's reading and appending take turns with both come round.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backfill_run_again_skips_its_chunks_and_refuses_one_whose_lines_changed() {
+    use hindsight_ingest::backfill::{backfill_file, Progress, Target};
+    use hindsight_ingest::catalog::BatchClaims;
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("ticks.ndjson");
+    let line = |i: u64, p: &str| {
+        format!(
+            r#"{{"kind":"price","market_id":"m1","token_id":"t1","ts":{},"p":{p}}}"#,
+            1_756_684_800 + i
+        )
+    };
+    let lines: Vec<String> = (0..45_000).map(|i| line(i, "0.42")).collect();
+    std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let target = Target {
+        log: Arc::new(SqliteLog::open(&dir.path().join("log")).unwrap()),
+        catalog: &catalog_of(dir.path()),
+        limits: Default::default(),
+    };
+    let run = || async {
+        backfill_file(
+            &target,
+            &mut BatchClaims::default(),
+            &file,
+            &mut Progress::new(false),
+        )
+        .await
+    };
+    let first = run().await.unwrap();
+    assert_eq!(
+        (first.accepted, first.already_appended),
+        (45_000, 0),
+        "{first:?}"
+    );
+    let again = run().await.unwrap();
+    assert_eq!(
+        (again.accepted, again.already_appended),
+        (0, 45_000),
+        "{again:?}"
+    );
+
+    // The same length and modification time (so the same keys), another
+    // price on the third chunk's last line: its digest differs.
+    let modified = std::fs::metadata(&file).unwrap().modified().unwrap();
+    let mut changed = lines.clone();
+    changed[44_999] = line(44_999, "0.43");
+    std::fs::write(&file, changed.join("\n") + "\n").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&file)
+        .unwrap()
+        .set_modified(modified)
+        .unwrap();
+    let refused = run().await.unwrap_err();
+    assert!(
+        refused.contains("lines 40001.. were appended before with other content"),
+        "{refused}"
     );
 }
