@@ -220,9 +220,10 @@ async fn api(args: ApiArgs) -> anyhow::Result<()> {
 
 async fn backfill(args: BackfillArgs) -> anyhow::Result<()> {
     let (backends, projecting) = backfill_backends(&args).await?;
+    let log = backends.log()?;
     let catalog = Arc::new(CatalogView::new(backends.store()?, DEFAULT_CATALOG_MAX_AGE));
     let target = Target {
-        log: backends.log()?,
+        log: log.as_ref(),
         catalog: &catalog,
         limits: args.wire.limits(),
     };

@@ -113,7 +113,7 @@ pub fn rejects_path(path: &Path) -> PathBuf {
 
 /// Where a backfill appends, and what its lines are checked against.
 pub struct Target<'a> {
-    pub log: Arc<dyn EventLog>,
+    pub log: &'a dyn EventLog,
     /// The read store's catalog.
     pub catalog: &'a Arc<CatalogView>,
     /// Same as HTTP ingest (a backfill is history: nothing in it lies in
@@ -138,7 +138,6 @@ pub async fn backfill_file(
         identity,
         lines: open_lines(path).map_err(at(path))?,
         chunk: Vec::with_capacity(CHUNK_LINES * 128),
-        spare: None,
         chunk_no: 0,
         report: FileReport {
             path: path.to_path_buf(),
@@ -146,21 +145,19 @@ pub async fn backfill_file(
         },
         rejects: None,
     };
-    // Two stages on two cores: the log appends one chunk (its digest,
-    // encoding, compression, the fsync) while this thread reads and
-    // validates the next (JSON parsing, the catalog rule). Appends stay in
-    // file order, one at a time. The append is a task of its own: one
-    // polled beside validation on this thread would move from its digest
-    // to the log's work only once validation, which does not yield, was
-    // done.
+    // Two stages on two cores: the log appends one chunk (encoding,
+    // compression, the fsync) while the next is read and validated (JSON
+    // parsing, the catalog rule). Appends stay in file order, one at a
+    // time. `biased`: the append is polled first, so its blocking work has
+    // started before validation takes this thread.
     let mut next = reading.next_chunk(progress).await?;
     while let Some(chunk) = next {
-        let append = tokio::spawn(append_chunk(target.log.clone(), path.to_path_buf(), chunk));
-        let following = reading.next_chunk(progress).await;
-        let appended = append
-            .await
-            .map_err(|e| format!("{}: appending a chunk: {e}", path.display()))??;
-        reading.spare = Some(appended.body);
+        let (appended, following) = tokio::join!(
+            biased;
+            append_chunk(target.log, path, chunk),
+            reading.next_chunk(progress)
+        );
+        let appended = appended?;
         reading.report.accepted += appended.accepted;
         reading.report.already_appended += appended.already_appended;
         progress.events += appended.accepted + appended.already_appended;
@@ -182,11 +179,7 @@ struct Reading<'a, 'b> {
     path: &'a Path,
     identity: String,
     lines: Box<dyn BufRead>,
-    /// The lines being read and validated.
     chunk: Vec<u8>,
-    /// The buffer of the chunk appended last, back from its append: the
-    /// next chunk's lines are read into it (the two take turns).
-    spare: Option<Vec<u8>>,
     chunk_no: u64,
     report: FileReport,
     rejects: Option<std::fs::File>,
@@ -195,18 +188,15 @@ struct Reading<'a, 'b> {
 /// A validated chunk, ready to append under its idempotency key.
 struct Chunk {
     events: Arc<Vec<hindsight_schemas::Event>>,
-    /// Its lines as read, whose digest the key is checked with.
-    body: Vec<u8>,
-    key: String,
+    idempotency: Idempotency,
     counts: batch::KindCounts,
     first_line: u64,
 }
 
-/// What became of one chunk's events, and its buffer for the next.
+/// What became of one chunk's events.
 struct Appended {
     accepted: u64,
     already_appended: u64,
-    body: Vec<u8>,
 }
 
 impl Reading<'_, '_> {
@@ -236,10 +226,9 @@ impl Reading<'_, '_> {
             if n == 0 {
                 continue;
             }
-            let spare = self.spare.take().unwrap_or_default();
+            let key = format!("backfill:{}:{chunk_no}", self.identity);
             return Ok(Some(Chunk {
-                body: std::mem::replace(&mut self.chunk, spare),
-                key: format!("backfill:{}:{chunk_no}", self.identity),
+                idempotency: Idempotency::for_body(&key, &self.chunk, n.to_string().into_bytes()),
                 counts: batch::kind_counts(&validated.events),
                 events: validated.events.into(),
                 first_line,
@@ -320,23 +309,12 @@ fn at(path: &Path) -> impl Fn(std::io::Error) -> String + '_ {
 
 /// Appends one chunk, waiting out another backfill of the same file that
 /// holds its key.
-async fn append_chunk(
-    log: Arc<dyn EventLog>,
-    path: PathBuf,
-    chunk: Chunk,
-) -> Result<Appended, String> {
+async fn append_chunk(log: &dyn EventLog, path: &Path, chunk: Chunk) -> Result<Appended, String> {
     let n = chunk.events.len() as u64;
-    // The key's digest here, on the append's task, beside the next
-    // chunk's validation: SHA-256 of the lines (1–2 ms a chunk) was an
-    // eighth of the validating thread's time on a dense file, and that
-    // thread bounds a backfill. (Handed on to the blocking pool, the
-    // digest's extra hop measured slower with `--project`.)
-    let Chunk { body, key, .. } = chunk;
-    let idempotency = Idempotency::for_body(key, &body, n.to_string().into_bytes());
     loop {
         let append = AppendBatch {
             events: chunk.events.clone(),
-            idempotency: Some(idempotency.clone()),
+            idempotency: Some(chunk.idempotency.clone()),
         };
         match log
             .append(append)
@@ -348,14 +326,12 @@ async fn append_chunk(
                 return Ok(Appended {
                     accepted: n,
                     already_appended: 0,
-                    body,
                 });
             }
             AppendOutcome::Duplicate { .. } => {
                 return Ok(Appended {
                     accepted: 0,
                     already_appended: n,
-                    body,
                 })
             }
             AppendOutcome::Conflict => {
@@ -363,7 +339,7 @@ async fn append_chunk(
                     "{}: lines {}.. were appended before with other content under the same key ({}); nothing of them was appended again",
                     path.display(),
                     chunk.first_line,
-                    idempotency.key
+                    chunk.idempotency.key
                 ))
             }
             // Another backfill of this file holds the chunk (or one that

@@ -247,7 +247,7 @@ async fn backfill_refuses_future_ticks_like_http_and_lists_them_in_the_rejects_f
     use hindsight_ingest::backfill::{backfill_file, rejects_path, Progress, Target};
     use hindsight_ingest::catalog::BatchClaims;
     let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(SqliteLog::open(&dir.path().join("log")).unwrap());
+    let log = SqliteLog::open(&dir.path().join("log")).unwrap();
     let file = dir.path().join("ticks.ndjson");
     let future =
         r#"{"kind":"price","market_id":"m1","token_id":"t1","ts":"2099-12-31T00:00:00Z","p":0.5}"#;
@@ -255,7 +255,7 @@ async fn backfill_refuses_future_ticks_like_http_and_lists_them_in_the_rejects_f
     std::fs::write(&file, format!("\u{FEFF}{TICK}\n{future}\n")).unwrap();
     let catalog = catalog_of(dir.path());
     let target = Target {
-        log,
+        log: &log,
         catalog: &catalog,
         limits: Default::default(),
     };
@@ -276,8 +276,9 @@ async fn backfill_refuses_future_ticks_like_http_and_lists_them_in_the_rejects_f
     );
 }
 
-/// Three chunks of ticks (the chunk is 20 000 lines), so the buffers a
-/// backfill's reading and appending take turns with both come round.
+/// Three chunks of ticks (the chunk is 20 000 lines), read and validated
+/// each while the last is appended, on a runtime of two workers as the
+/// binary's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backfill_run_again_skips_its_chunks_and_refuses_one_whose_lines_changed() {
     use hindsight_ingest::backfill::{backfill_file, Progress, Target};
@@ -292,8 +293,9 @@ async fn a_backfill_run_again_skips_its_chunks_and_refuses_one_whose_lines_chang
     };
     let lines: Vec<String> = (0..45_000).map(|i| line(i, "0.42")).collect();
     std::fs::write(&file, lines.join("\n") + "\n").unwrap();
+    let log = SqliteLog::open(&dir.path().join("log")).unwrap();
     let target = Target {
-        log: Arc::new(SqliteLog::open(&dir.path().join("log")).unwrap()),
+        log: &log,
         catalog: &catalog_of(dir.path()),
         limits: Default::default(),
     };
