@@ -324,7 +324,7 @@ async fn a_backfill_run_again_skips_its_chunks_and_refuses_one_whose_lines_chang
     // The same length and modification time (so the same keys), another
     // price on the third chunk's last line: its digest differs.
     let modified = std::fs::metadata(&file).unwrap().modified().unwrap();
-    let mut changed = lines.clone();
+    let mut changed = lines;
     changed[44_999] = line(44_999, "0.43");
     std::fs::write(&file, changed.join("\n") + "\n").unwrap();
     std::fs::File::options()
