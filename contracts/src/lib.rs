@@ -40,8 +40,8 @@ pub use auth::{ApiKeyRecord, AuthStore, RateHits};
 pub use error::{Error, ErrorKind, Result};
 pub use exports::{ExportJob, ExportJobStore, JobStatus};
 pub use log::{
-    AppendBatch, AppendOutcome, Claim, ConsumerSource, Delivered, EventLog, Hold, Idempotency,
-    IdempotencyStore, LogConsumer, Marker, Position,
+    append_body, AppendBatch, AppendOutcome, Claim, ConsumerSource, Delivered, EventLog, Hold,
+    Idempotency, IdempotencyStore, LogConsumer, Marker, Position,
 };
 pub use store::{
     Applied, BookPoint, Candle, CandlePoint, CatalogCursor, Frontiers, Mark, MetricsPoint,

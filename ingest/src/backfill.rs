@@ -14,7 +14,7 @@
 
 use crate::batch;
 use crate::catalog::{BatchClaims, CatalogView};
-use hindsight_contracts::{AppendBatch, AppendOutcome, EventLog, Idempotency};
+use hindsight_contracts::{append_body, AppendBatch, AppendOutcome, EventLog, Idempotency};
 use hindsight_schemas::wire::Limits;
 use hindsight_schemas::Timestamp;
 use std::io::{BufRead, BufReader, Read, Write};
@@ -138,6 +138,7 @@ pub async fn backfill_file(
         identity,
         lines: open_lines(path).map_err(at(path))?,
         chunk: Vec::with_capacity(CHUNK_LINES * 128),
+        spare: Vec::with_capacity(CHUNK_LINES * 128),
         chunk_no: 0,
         report: FileReport {
             path: path.to_path_buf(),
@@ -158,6 +159,7 @@ pub async fn backfill_file(
             reading.next_chunk(progress)
         );
         let appended = appended?;
+        reading.spare = appended.lines;
         reading.report.accepted += appended.accepted;
         reading.report.already_appended += appended.already_appended;
         progress.events += appended.accepted + appended.already_appended;
@@ -179,7 +181,12 @@ struct Reading<'a, 'b> {
     path: &'a Path,
     identity: String,
     lines: Box<dyn BufRead>,
+    /// The lines being read and validated; a chunk takes them with it.
     chunk: Vec<u8>,
+    /// The buffer of the chunk appended last, back once it was: two
+    /// buffers take turns, so a run reuses the same memory instead of
+    /// faulting in a new chunk's.
+    spare: Vec<u8>,
     chunk_no: u64,
     report: FileReport,
     rejects: Option<std::fs::File>,
@@ -187,6 +194,10 @@ struct Reading<'a, 'b> {
 
 /// A validated chunk, ready to append under its idempotency key.
 struct Chunk {
+    /// Its lines, as read: the body its digest was taken of, which an
+    /// append under a key an earlier build recorded digests again
+    /// ([`append_body`]). Handed back to `Reading::spare` once appended.
+    lines: Vec<u8>,
     events: Arc<Vec<hindsight_schemas::Event>>,
     idempotency: Idempotency,
     counts: batch::KindCounts,
@@ -197,6 +208,8 @@ struct Chunk {
 struct Appended {
     accepted: u64,
     already_appended: u64,
+    /// The chunk's line buffer, for the next read.
+    lines: Vec<u8>,
 }
 
 impl Reading<'_, '_> {
@@ -229,6 +242,7 @@ impl Reading<'_, '_> {
             let key = format!("backfill:{}:{chunk_no}", self.identity);
             return Ok(Some(Chunk {
                 idempotency: Idempotency::for_body(&key, &self.chunk, n.to_string().into_bytes()),
+                lines: std::mem::take(&mut self.chunk),
                 counts: batch::kind_counts(&validated.events),
                 events: validated.events.into(),
                 first_line,
@@ -239,6 +253,11 @@ impl Reading<'_, '_> {
     /// Reads up to `CHUNK_LINES` lines into `chunk`; false at the end of
     /// the file.
     fn read_lines(&mut self) -> Result<bool, String> {
+        if self.chunk.capacity() == 0 {
+            // The last chunk took its buffer: this one reads into the
+            // buffer of the chunk appended before it.
+            std::mem::swap(&mut self.chunk, &mut self.spare);
+        }
         self.chunk.clear();
         let lines =
             read_lines(&mut self.lines, &mut self.chunk, CHUNK_LINES).map_err(at(self.path))?;
@@ -316,24 +335,15 @@ async fn append_chunk(log: &dyn EventLog, path: &Path, chunk: Chunk) -> Result<A
             events: chunk.events.clone(),
             idempotency: Some(chunk.idempotency.clone()),
         };
-        match log
-            .append(append)
+        let (accepted, already_appended) = match append_body(log, append, &chunk.lines)
             .await
             .map_err(|e| format!("event log: {e}"))?
         {
             AppendOutcome::Appended { .. } => {
                 batch::count_accepted(chunk.counts);
-                return Ok(Appended {
-                    accepted: n,
-                    already_appended: 0,
-                });
+                (n, 0)
             }
-            AppendOutcome::Duplicate { .. } => {
-                return Ok(Appended {
-                    accepted: 0,
-                    already_appended: n,
-                })
-            }
+            AppendOutcome::Duplicate { .. } => (0, n),
             AppendOutcome::Conflict => {
                 return Err(format!(
                     "{}: lines {}.. were appended before with other content under the same key ({}); nothing of them was appended again",
@@ -344,8 +354,16 @@ async fn append_chunk(log: &dyn EventLog, path: &Path, chunk: Chunk) -> Result<A
             }
             // Another backfill of this file holds the chunk (or one that
             // died does, until its lease runs out).
-            AppendOutcome::Busy { retry_after } => tokio::time::sleep(retry_after).await,
-        }
+            AppendOutcome::Busy { retry_after } => {
+                tokio::time::sleep(retry_after).await;
+                continue;
+            }
+        };
+        return Ok(Appended {
+            accepted,
+            already_appended,
+            lines: chunk.lines,
+        });
     }
 }
 

@@ -20,7 +20,7 @@ use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
-use hindsight_contracts::{AppendBatch, AppendOutcome, EventLog, Idempotency};
+use hindsight_contracts::{append_body, AppendBatch, AppendOutcome, EventLog, Idempotency};
 use hindsight_schemas::wire::Limits;
 use hindsight_schemas::Timestamp;
 use hindsight_telemetry as tm;
@@ -221,7 +221,7 @@ async fn ingest_events(
             events: validated.events.into(),
         };
         let key = || idempotency_key.clone().unwrap_or_default();
-        match state.log.append(append).await {
+        match append_body(&*state.log, append, &body).await {
             Ok(AppendOutcome::Appended { .. }) => batch::count_accepted(counts),
             Ok(AppendOutcome::Duplicate { response }) => {
                 metrics::counter!(tm::INGEST_IDEMPOTENT_REPLAYS).increment(1);

@@ -278,7 +278,8 @@ async fn backfill_refuses_future_ticks_like_http_and_lists_them_in_the_rejects_f
 
 /// Three chunks of ticks (the chunk is 20 000 lines), read and validated
 /// each while the last is appended, on a runtime of two workers as the
-/// binary's.
+/// binary's. Run again with the keys as a build before 2026-11-27 recorded
+/// them (each chunk's SHA-256), the chunks are skipped all the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backfill_run_again_skips_its_chunks_and_refuses_one_whose_lines_changed() {
     use hindsight_ingest::backfill::{backfill_file, Progress, Target};
@@ -319,6 +320,33 @@ async fn a_backfill_run_again_skips_its_chunks_and_refuses_one_whose_lines_chang
         (again.accepted, again.already_appended),
         (0, 45_000),
         "{again:?}"
+    );
+
+    // Keys `backfill:{file}:{chunk}` in chunk order, each with its chunk's
+    // lines' SHA-256, as earlier builds kept them.
+    {
+        use sha2::{Digest, Sha256};
+        let db = rusqlite::Connection::open(dir.path().join("log").join("log.db")).unwrap();
+        let keys: Vec<String> = db
+            .prepare("SELECT key FROM idempotency ORDER BY first_offset")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(keys.len(), 3, "{keys:?}");
+        for (key, chunk) in keys.iter().zip(lines.chunks(20_000)) {
+            assert!(key.starts_with("backfill:"), "{key}");
+            let digest: [u8; 32] = Sha256::digest(chunk.join("\n") + "\n").into();
+            let set = "UPDATE idempotency SET body_sha256 = ?1 WHERE key = ?2";
+            assert_eq!(db.execute(set, rusqlite::params![digest, key]).unwrap(), 1);
+        }
+    }
+    let after_upgrade = run().await.unwrap();
+    assert_eq!(
+        (after_upgrade.accepted, after_upgrade.already_appended),
+        (0, 45_000),
+        "{after_upgrade:?}"
     );
 
     // The same length and modification time (so the same keys), another

@@ -254,7 +254,7 @@ impl KafkaLog {
         let claim = store
             .claim(
                 &idem.key,
-                &idem.body_sha256,
+                &idem.body_digest,
                 owner,
                 &idem.response,
                 self.lease(),
@@ -321,7 +321,7 @@ impl KafkaLog {
     ) -> Result<AppendOutcome> {
         let record = MarkerRecord {
             key: idem.key.clone(),
-            body_sha256: idem.body_sha256,
+            body_digest: idem.body_digest,
             owner,
         };
         let position = self

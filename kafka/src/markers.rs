@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 /// One attempt's marker record.
 pub(crate) struct MarkerRecord {
     pub key: String,
-    pub body_sha256: [u8; 32],
+    pub body_digest: [u8; 32],
     pub owner: u128,
 }
 
@@ -28,7 +28,7 @@ impl MarkerRecord {
     /// The record's value: the body digest, then the owner id.
     pub fn payload(&self) -> Vec<u8> {
         let mut out = Vec::with_capacity(48);
-        out.extend_from_slice(&self.body_sha256);
+        out.extend_from_slice(&self.body_digest);
         out.extend_from_slice(&self.owner.to_be_bytes());
         out
     }

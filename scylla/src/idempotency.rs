@@ -146,7 +146,7 @@ impl IdempotencyStore for ScyllaStore {
     async fn claim(
         &self,
         key: &str,
-        body_sha256: &[u8; 32],
+        body_digest: &[u8; 32],
         owner: u128,
         response: &[u8],
         lease: Duration,
@@ -161,7 +161,7 @@ impl IdempotencyStore for ScyllaStore {
                     "claim_key",
                     (
                         key,
-                        body_sha256.to_vec(),
+                        body_digest.to_vec(),
                         me.clone(),
                         ts(now + lease_ms),
                         response.to_vec(),
@@ -195,7 +195,7 @@ impl IdempotencyStore for ScyllaStore {
             else {
                 return Ok(EXPIRING);
             };
-            if digest != &body_sha256[..] {
+            if digest != &body_digest[..] {
                 return Ok(Claim::Conflict);
             }
             if state == "done" {

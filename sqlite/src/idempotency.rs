@@ -91,7 +91,7 @@ impl IdempotencyFile {
 
 /// A stored claim, as `claim` reads it.
 struct Row {
-    body_sha256: Option<Vec<u8>>,
+    body_digest: Option<Vec<u8>>,
     owner: Vec<u8>,
     lease_until: i64,
     state: String,
@@ -119,7 +119,7 @@ fn read(conn: &Connection, key: &str) -> Result<Option<Row>> {
                     _ => None,
                 };
                 Ok(Row {
-                    body_sha256: r.get(0)?,
+                    body_digest: r.get(0)?,
                     owner: r.get(1)?,
                     lease_until: r.get(2)?,
                     state: r.get(3)?,
@@ -141,12 +141,12 @@ impl IdempotencyStore for IdempotencyFile {
     async fn claim(
         &self,
         key: &str,
-        body_sha256: &[u8; 32],
+        body_digest: &[u8; 32],
         owner: u128,
         response: &[u8],
         lease: Duration,
     ) -> CResult<Claim> {
-        let (key, digest, response) = (key.to_string(), *body_sha256, response.to_vec());
+        let (key, digest, response) = (key.to_string(), *body_digest, response.to_vec());
         let sweep = self.claims.fetch_add(1, Ordering::Relaxed) & 63 == 0;
         let me = owner.to_be_bytes();
         let lease_ms = lease.as_millis() as i64;
@@ -180,7 +180,7 @@ impl IdempotencyStore for IdempotencyFile {
                         owner,
                         expires_at: row.created_at + IDEMPOTENCY_TTL_MS,
                     };
-                    if row.body_sha256.as_ref().is_some_and(|d| d[..] != digest[..]) {
+                    if row.body_digest.as_ref().is_some_and(|d| d[..] != digest[..]) {
                         Claim::Conflict
                     } else if row.state == "done" {
                         Claim::Done {

@@ -334,7 +334,7 @@ impl EventLog for SqliteLog {
                     Some((response, None)) => {
                         return Ok((AppendOutcome::Duplicate { response }, None))
                     }
-                    Some((response, Some(digest))) if digest == idem.body_sha256 => {
+                    Some((response, Some(digest))) if digest == idem.body_digest => {
                         return Ok((AppendOutcome::Duplicate { response }, None))
                     }
                     Some(_) => return Ok((AppendOutcome::Conflict, None)),
@@ -352,7 +352,7 @@ impl EventLog for SqliteLog {
             if let Some(idem) = &batch.idempotency {
                 tx.execute(
                     "INSERT OR REPLACE INTO idempotency (key, first_offset, response, created_at, body_sha256) VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![idem.key, first as i64, idem.response, now, idem.body_sha256],
+                    params![idem.key, first as i64, idem.response, now, idem.body_digest],
                 )?;
                 // Forget expired keys now and then, in the same transaction.
                 if first % 64 == 0 {

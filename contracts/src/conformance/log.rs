@@ -8,7 +8,8 @@
 
 use super::{ensure, store_err, Check, LogFixture, T0};
 use crate::{
-    AppendBatch, AppendOutcome, Delivered, Idempotency, LogConsumer, Position, ProjectionWrite,
+    append_body, AppendBatch, AppendOutcome, Delivered, Idempotency, LogConsumer, Position,
+    ProjectionWrite,
 };
 use hindsight_schemas::{
     BookLevel, BookSnapshot, Event, MarketRecord, MetricsSample, PriceTick, Timestamp, Token,
@@ -303,7 +304,7 @@ fn keyed(key: &str, body: u8, events: &[Event], response: &[u8]) -> AppendBatch 
         events: events.to_vec().into(),
         idempotency: Some(Idempotency {
             key: key.to_string(),
-            body_sha256: [body; 32],
+            body_digest: [body; 32],
             response: response.to_vec(),
         }),
     }
@@ -382,6 +383,64 @@ pub async fn log_idempotency_key_with_another_body_conflicts(
     let what = "the first body's retry after a conflict";
     append_expecting(fixture, batch, first_response(), what).await?;
     log_holds_exactly(fixture, &first).await
+}
+
+/// A key recorded by a build that kept the body's SHA-256 as its digest
+/// (before 2026-11-27): [`append_body`] answers the retry of its body with
+/// the first response, and another body with a `Conflict`, appending
+/// neither. A body sent under a key of its own is appended once.
+pub async fn log_a_key_recorded_with_a_sha256_digest_answers_its_retries(
+    fixture: &LogFixture,
+    prefix: &str,
+) -> Check {
+    use sha2::{Digest, Sha256};
+    let mut first = sample_events(prefix, 3, 4);
+    let other = first.split_off(first.len() / 2);
+    let body = format!("{prefix} body").into_bytes();
+    let key = format!("{prefix}-earlier");
+    let earlier = AppendBatch {
+        events: first.clone().into(),
+        idempotency: Some(Idempotency {
+            key: key.clone(),
+            body_digest: Sha256::digest(&body).into(),
+            response: b"first".to_vec(),
+        }),
+    };
+    let appended = AppendOutcome::Appended { count: first.len() };
+    append_expecting(fixture, earlier, appended, "a batch under a SHA-256 digest").await?;
+    let send = |key: &str, events: &[Event], body: &[u8]| {
+        let batch = AppendBatch {
+            events: events.to_vec().into(),
+            idempotency: Some(Idempotency::for_body(key, body, b"second".to_vec())),
+        };
+        let body = body.to_vec();
+        async move {
+            append_body(&*fixture.log, batch, &body)
+                .await
+                .map_err(store_err)
+        }
+    };
+    let retry = send(&key, &other, &body).await?;
+    ensure(retry == first_response(), || {
+        format!("the earlier build's body retried under its key: {retry:?}")
+    })?;
+    let another = send(&key, &other, b"another body").await?;
+    ensure(another == AppendOutcome::Conflict, || {
+        format!("another body under the earlier build's key: {another:?}")
+    })?;
+    log_holds_exactly(fixture, &first).await?;
+    let fresh = format!("{prefix}-fresh");
+    let appended = send(&fresh, &other, &body).await?;
+    let want = AppendOutcome::Appended { count: other.len() };
+    ensure(appended == want, || format!("a new key: {appended:?}"))?;
+    let again = send(&fresh, &first, &body).await?;
+    let want = AppendOutcome::Duplicate {
+        response: b"second".to_vec(),
+    };
+    ensure(again == want, || format!("the new key's retry: {again:?}"))?;
+    let mut all = first;
+    all.extend(other);
+    log_holds_exactly(fixture, &all).await
 }
 
 /// Total of `lag()` once it reports every owned partition, waiting for it

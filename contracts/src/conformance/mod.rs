@@ -168,6 +168,7 @@ macro_rules! log_conformance {
             log_commit_then_reopen_resumes_after_committed,
             log_idempotency_key_appends_once,
             log_idempotency_key_with_another_body_conflicts,
+            log_a_key_recorded_with_a_sha256_digest_answers_its_retries,
             log_lag_reaches_zero,
             log_assignment_changed_at_most_once_for_a_lone_consumer,
         );
