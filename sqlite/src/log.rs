@@ -1,17 +1,18 @@
 //! The embedded event log: batches of envelopes in `log.db`.
 //!
 //! One row per appended batch (`first_offset`, `count`, `codec`, `payload`),
-//! where the payload is the batch's envelopes, each prefixed by its length
-//! (u32 LE), compressed as `codec` says ([`Codec`]). Offsets are dense: event
+//! where the payload is the batch's events, packed ([`packed`]: price ticks
+//! by their ids' index in the batch, other events as their envelopes) and
+//! compressed as `codec` says ([`Codec`]; rows written before packing hold
+//! length-prefixed envelopes, and stay readable). Offsets are dense: event
 //! `i` of a batch has offset `first_offset + i`. A row per batch rather than
 //! per event makes an append one small B-tree insert and one fsync, whatever
 //! the batch size.
 //!
 //! The log is kept for years (it is the source of truth every table is
-//! rebuilt from), so it is the largest file of a data directory: a batch's
-//! envelopes repeat the same token and market ids over and over, and zstd
-//! at level 3 keeps about a fifth of their bytes (4.6× on the benchmark's
-//! long tail) for ~5 ms of one core per MB appended.
+//! rebuilt from), so it is the largest file of a data directory: packing
+//! names a tick's ids once per batch, and zstd at level 3 shrinks what is
+//! left.
 //!
 //! A batch's idempotency key, its body digest and its response are written
 //! in the same transaction as the batch: a key is either recorded with its
@@ -35,6 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{watch, Notify};
 
+mod packed;
 mod recent;
 use recent::Recent;
 
@@ -66,6 +68,10 @@ enum Codec {
     Raw = 0,
     /// One zstd frame of them.
     Zstd = 1,
+    /// One zstd frame of the batch packed: price ticks by their ids' index
+    /// in the batch, time deltas and decimal prices, other events as
+    /// envelopes ([`packed`]).
+    Packed = 2,
 }
 
 /// zstd's level for new batches: level 3 (zstd's default) compresses the
@@ -78,15 +84,16 @@ impl Codec {
         match v {
             0 => Ok(Codec::Raw),
             1 => Ok(Codec::Zstd),
+            2 => Ok(Codec::Packed),
             other => Err(Error::Corrupt(format!("unknown log batch codec {other}"))),
         }
     }
 
-    /// Calls `f` with the envelopes of a stored payload.
+    /// Calls `f` with a stored payload as it was before compression.
     fn expand<R>(self, first: u64, stored: &[u8], f: impl FnOnce(&[u8]) -> Result<R>) -> Result<R> {
         match self {
             Codec::Raw => f(stored),
-            Codec::Zstd => INFLATE.with_borrow_mut(|(zstd, buf)| {
+            Codec::Zstd | Codec::Packed => INFLATE.with_borrow_mut(|(zstd, buf)| {
                 let corrupt = |e: &dyn std::fmt::Display| {
                     Error::Corrupt(format!("log batch at {first}: {e}"))
                 };
@@ -308,7 +315,7 @@ impl EventLog for SqliteLog {
             let payload = COMPRESSOR
                 .with_borrow_mut(|(zstd, envelopes)| {
                     envelopes.clear();
-                    put_envelopes(batch.events.iter(), envelopes);
+                    packed::encode(batch.events.iter(), envelopes);
                     let frame = zstd.compress(envelopes);
                     if envelopes.capacity() > KEEP_ENVELOPES {
                         *envelopes = Vec::new();
@@ -347,7 +354,7 @@ impl EventLog for SqliteLog {
                 tx.prepare_cached(
                     "INSERT INTO log_batches (first_offset, count, appended_at, payload, codec) VALUES (?1, ?2, ?3, ?4, ?5)",
                 )?
-                .execute(params![first as i64, count as i64, now, payload, Codec::Zstd as i64])?;
+                .execute(params![first as i64, count as i64, now, payload, Codec::Packed as i64])?;
             }
             if let Some(idem) = &batch.idempotency {
                 tx.execute(
@@ -441,8 +448,9 @@ impl SqliteConsumer {
                 .get_ref(3)?
                 .as_blob()
                 .map_err(|e| Error::Corrupt(e.to_string()))?;
-            codec.expand(first, stored, |payload| {
-                decode_batch(first, count, payload, from, max, out)
+            codec.expand(first, stored, |payload| match codec {
+                Codec::Packed => packed::decode(first, count, payload, from, max, out),
+                Codec::Raw | Codec::Zstd => decode_batch(first, count, payload, from, max, out),
             })?;
             if out.len() >= max {
                 break;
@@ -452,23 +460,28 @@ impl SqliteConsumer {
     }
 }
 
-/// Appends each event's envelope to `out`, prefixed by its length (u32
-/// LE): a batch row's payload before compression.
-fn put_envelopes<'e>(
-    events: impl Iterator<Item = &'e hindsight_schemas::Event>,
-    out: &mut Vec<u8>,
-) {
-    let mut scratch = Vec::with_capacity(256);
-    for event in events {
-        scratch.clear();
-        codec::encode_into(event, &mut scratch);
-        out.extend_from_slice(&(scratch.len() as u32).to_le_bytes());
-        out.extend_from_slice(&scratch);
+/// Decodes the envelope of the event at `offset` into `out`, or counts and
+/// logs it when it does not decode: never silent, and the bytes stay in the
+/// log for a fixed decoder to replay.
+fn push_envelope(offset: u64, bytes: &[u8], out: &mut Vec<Delivered>) {
+    match codec::decode(bytes) {
+        Ok(event) => out.push(Delivered {
+            position: Position {
+                partition: 0,
+                offset,
+            },
+            event,
+        }),
+        Err(e) => {
+            metrics::counter!(tm::PROJECTOR_DECODE_ERRORS).increment(1);
+            tracing::error!(offset, error = %e, "undecodable event in log; skipped");
+        }
     }
 }
 
-/// Decodes the events of one batch row from `from` on into `out`, until
-/// it holds `max`.
+/// Decodes the events of one batch row of length-prefixed envelopes
+/// (codecs `Raw` and `Zstd`) from `from` on into `out`, until it holds
+/// `max`.
 fn decode_batch(
     first: u64,
     count: u64,
@@ -499,21 +512,7 @@ fn decode_batch(
         if offset < from {
             continue;
         }
-        match codec::decode(bytes) {
-            Ok(event) => out.push(Delivered {
-                position: Position {
-                    partition: 0,
-                    offset,
-                },
-                event,
-            }),
-            Err(e) => {
-                // Never silent: counted and logged with its position. The
-                // bytes stay in the log for a fixed decoder to replay.
-                metrics::counter!(tm::PROJECTOR_DECODE_ERRORS).increment(1);
-                tracing::error!(offset, error = %e, "undecodable event in log; skipped");
-            }
-        }
+        push_envelope(offset, bytes, out);
     }
     Ok(())
 }
@@ -609,6 +608,22 @@ impl ConsumerSource for EmbeddedSource {
 mod tests {
     use super::*;
     use hindsight_schemas::{Event, PriceTick};
+
+    /// Appends each event's envelope to `out`, prefixed by its length (u32
+    /// LE): a batch row's payload before compression, as builds before
+    /// packed batches wrote it (codecs `Raw` and `Zstd`).
+    fn put_envelopes<'e>(
+        events: impl Iterator<Item = &'e hindsight_schemas::Event>,
+        out: &mut Vec<u8>,
+    ) {
+        let mut scratch = Vec::with_capacity(256);
+        for event in events {
+            scratch.clear();
+            codec::encode_into(event, &mut scratch);
+            out.extend_from_slice(&(scratch.len() as u32).to_le_bytes());
+            out.extend_from_slice(&scratch);
+        }
+    }
 
     /// A poll hands out `max` events whenever the log holds that many, even
     /// when the stored batches it reads end past `max`: the projector

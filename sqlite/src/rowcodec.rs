@@ -215,6 +215,18 @@ impl<'a> Reader<'a> {
         Ok(b)
     }
 
+    /// The next `n` bytes.
+    pub(crate) fn take(&mut self, n: usize) -> Result<&'a [u8]> {
+        let bytes = self
+            .v
+            .get(self.at..self.at.saturating_add(n))
+            .ok_or_else(|| {
+                self.corrupt(format_args!("ends inside {n} bytes at byte {}", self.at))
+            })?;
+        self.at += n;
+        Ok(bytes)
+    }
+
     pub(crate) fn f64(&mut self) -> Result<f64> {
         let bytes = self
             .v

@@ -208,7 +208,7 @@ async fn read_all(log: &hindsight_sqlite::SqliteLog) -> Vec<(u64, Event)> {
 }
 
 #[tokio::test]
-async fn a_log_from_before_compression_reads_its_batches_and_compresses_new_ones() {
+async fn a_log_from_before_compression_reads_its_batches_and_packs_new_ones() {
     use hindsight_contracts::{AppendBatch, EventLog};
     let dir = tempfile::tempdir().unwrap();
     let old = catalog("a")
@@ -249,8 +249,8 @@ async fn a_log_from_before_compression_reads_its_batches_and_compresses_new_ones
         .unwrap();
     assert_eq!(
         codecs,
-        vec![0, 1],
-        "the old batch stays raw, the new one is zstd"
+        vec![0, 2],
+        "the old batch stays raw, the new one is packed in zstd"
     );
     // Opening again upgrades nothing twice, and reads the same.
     drop(log);
