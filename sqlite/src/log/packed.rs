@@ -393,6 +393,15 @@ mod tests {
             let _ = decode(0, 50, &payload[..cut], 0, usize::MAX, &mut out);
             assert!(out.len() < 50, "cut at {cut}");
         }
+        // Any bytes at all: an answer, never a panic or a runaway read.
+        let rng = &mut Rng(11);
+        for _ in 0..20_000 {
+            let len = rng.below(64) as usize;
+            let bytes: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let mut out = Vec::new();
+            let _ = decode(0, 8, &bytes, rng.below(8), usize::MAX, &mut out);
+            assert!(out.len() <= 8);
+        }
         for (at, byte) in [(0, 200u8), (0, BITS + 1)] {
             let mut bad = payload.clone();
             bad[at] = byte;
