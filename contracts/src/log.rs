@@ -54,7 +54,7 @@ pub struct Idempotency {
 }
 
 /// The second half of every digest [`Idempotency::for_body`] takes, which
-/// tells it apart from a SHA-256 kept by an earlier version when the
+/// tells it apart from a SHA-256 kept by an earlier build when the
 /// stored bytes are read by hand.
 const DIGEST_TAG: [u8; 16] = *b"hindsight:xxh3v1";
 
@@ -65,7 +65,7 @@ impl Idempotency {
     /// Why not a cryptographic hash: the digest only tells a retry from
     /// another batch sent by mistake under the same key, and it is never
     /// shown, so nobody can aim a body at another's digest. SHA-256 (what
-    /// earlier versions took) was an eighth of a backfill's validating
+    /// earlier builds took) was an eighth of a backfill's validating
     /// thread on the dense `shapes` file; XXH3 reads the same bytes some
     /// ten times faster (docs/DESIGN.md, "A backfill is bound by the core
     /// that reads and parses").

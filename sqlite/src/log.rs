@@ -1,4 +1,4 @@
-//! The embedded event log: batches of envelopes in `log.db`.
+//! The embedded event log: batches of events in `log.db`.
 //!
 //! One row per appended batch (`first_offset`, `count`, `codec`, `payload`),
 //! where the payload is the batch's events, packed ([`packed`]: price ticks
@@ -74,9 +74,9 @@ enum Codec {
     Packed = 2,
 }
 
-/// zstd's level for new batches: level 3 (zstd's default) compresses the
-/// benchmark's long-tail log 4.6× against 3.9× at level 1, at about the
-/// same speed on this data.
+/// zstd's level for new batches: level 3 (zstd's default) compressed the
+/// benchmark's long-tail log of envelopes 4.6× against 3.9× at level 1, at
+/// about the same speed on this data (measured before batches were packed).
 const ZSTD_LEVEL: i32 = 3;
 
 impl Codec {
@@ -118,14 +118,14 @@ impl Codec {
     }
 }
 
-/// The most of its envelope buffers a thread keeps between batches: a
-/// batch of 20 000 long-tail events is ~1.5 MB of envelopes, and one
-/// outsized batch should not stay in memory.
+/// The most of its payload buffers a thread keeps between batches: a
+/// batch of 20 000 long-tail events was ~1.5 MB of envelopes (less
+/// packed), and one outsized batch should not stay in memory.
 const KEEP_ENVELOPES: usize = 8 << 20;
 
 thread_local! {
     /// A thread's zstd contexts and the buffers it writes a batch's
-    /// envelopes into before compressing them, and inflates them into.
+    /// payload into before compressing it, and inflates payloads into.
     /// Made afresh for each batch (`bulk::compress`, `stream::decode_all`),
     /// each was a context of ~100 KB to allocate and set up, and a buffer
     /// grown by doubling to the batch's size: fresh memory the kernel
