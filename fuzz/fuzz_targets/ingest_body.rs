@@ -226,6 +226,23 @@ fuzz_target!(|data: &[u8]| {
                     | StatusCode::UNSUPPORTED_MEDIA_TYPE => {
                         assert!(json["detail"].is_string(), "{status}: {json}");
                     }
+                    // More `Content-Encoding` lines (and the token's) than a
+                    // request may carry, or more bytes of them.
+                    StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE => {
+                        let bytes: usize = encodings
+                            .iter()
+                            .map(|v| header::CONTENT_ENCODING.as_str().len() + v.len())
+                            .sum::<usize>()
+                            + header::AUTHORIZATION.as_str().len()
+                            + format!("Bearer {TOKEN}").len();
+                        assert!(
+                            encodings.len() + 1 > hindsight_http::MAX_HEADERS
+                                || bytes > hindsight_http::MAX_HEADER_BYTES,
+                            "431 for {} encodings of {bytes} bytes: {json}",
+                            encodings.len()
+                        );
+                        assert!(json["detail"].is_string(), "{status}: {json}");
+                    }
                     other => panic!("unexpected {other}: {json}"),
                 }
             }
