@@ -40,10 +40,11 @@ const BITS: u8 = DECIMAL + decimal::MAX_SCALE + 1;
 
 /// Appends the packed payload of `events` to `out`.
 pub(super) fn encode<'e>(events: impl Iterator<Item = &'e Event>, out: &mut Vec<u8>) {
-    // Pairs by token id: a token is quoted under one market, and a tick
-    // under another market than its pair's gets a pair of its own.
-    let mut pair_of: FxHashMap<&str, u32> = FxHashMap::default();
-    let mut pairs: Vec<(&str, &str)> = Vec::new();
+    // Each token's latest pair (its index and market): a token is quoted
+    // under one market, and a tick under another market than its pair's
+    // gets a pair of its own.
+    let mut pair_of: FxHashMap<&str, (u32, &str)> = FxHashMap::default();
+    let mut pairs = 0u32;
     let mut last_ts = 0i64;
     // The scale of the last decimal price, tried first: a market's prices
     // share one.
@@ -65,21 +66,16 @@ pub(super) fn encode<'e>(events: impl Iterator<Item = &'e Event>, out: &mut Vec<
             }
         };
         out.push(k.map_or(BITS, |(k, _)| DECIMAL + k));
-        let known = pair_of
-            .get(t.token_id.as_str())
-            .copied()
-            .filter(|&i| pairs[i as usize].0 == t.market_id);
-        match known {
-            Some(i) => put_zigzag(out, i64::from(i)),
-            None => {
-                let i = pairs.len() as u32;
-                put_zigzag(out, i64::from(i));
+        match pair_of.get(t.token_id.as_str()) {
+            Some(&(i, market)) if market == t.market_id => put_zigzag(out, i64::from(i)),
+            _ => {
+                put_zigzag(out, i64::from(pairs));
                 for id in [&t.market_id, &t.token_id] {
                     put_zigzag(out, id.len() as i64);
                     out.extend_from_slice(id.as_bytes());
                 }
-                pairs.push((&t.market_id, &t.token_id));
-                pair_of.insert(&t.token_id, i);
+                pair_of.insert(&t.token_id, (pairs, &t.market_id));
+                pairs += 1;
             }
         }
         put_zigzag(out, t.ts.0.wrapping_sub(last_ts));
