@@ -146,6 +146,13 @@ async fn prometheus_scrapes_the_series_as_traffic_moves_them() {
     let first_ok = query(&prom, ok_route).await;
     assert!(first_ok >= 6.0, "wait_for's reads and 5 more: {first_ok}");
     wait_value(&prom, "sum(hindsight_projector_lag_events)", 0.0).await;
+    // Its steps timed their stages before their writes counted the events.
+    for stage in hindsight_projector::runner::STAGES {
+        let q = format!(
+            "sum(hindsight_projector_step_stage_duration_seconds_count{{stage=\"{stage}\"}})"
+        );
+        assert!(query(&prom, &q).await >= 1.0, "{q}");
+    }
     assert!(
         query(&prom, "sum(hindsight_api_request_duration_seconds_count)").await >= first_ok + 3.0
     );

@@ -339,7 +339,11 @@ impl Projector {
             // writes and set rows and positions back.
             self.settle(consumer).await?;
         }
+        let polled = Instant::now();
         let batch = consumer.poll(self.poll_max, self.config.idle_wait).await?;
+        if !batch.is_empty() {
+            stage_took("poll", polled);
+        }
         let full = batch.len() >= self.poll_max;
         if !full {
             self.poll_max = batch.len().max(self.config.batch_max);
@@ -467,11 +471,14 @@ impl Projector {
             (last_positions(&segment), None)
         };
         let (write, report) = self.fold_segment(segment, upto).await?;
+        stage_took("fold", report.started);
         let stats = StepStats {
             events: report.events,
             rows: write.rows.len(),
         };
+        let waited = Instant::now();
         self.settle(consumer).await?;
+        stage_took("wait", waited);
         let store = self.store.clone();
         let catalog = !write.catalog.is_empty();
         let started = report.started;
@@ -552,6 +559,20 @@ impl Projector {
         };
         Ok((write, report))
     }
+}
+
+/// The stages of a step the projector times itself
+/// (`hindsight_projector_step_stage_duration_seconds`). Under a steady load
+/// a step's events take about as long to arrive as the step takes (see
+/// [`Projector::poll_max`]), so these say which stage bounds the time from
+/// an event's append to its buckets: a `wait` near the store's `apply`
+/// means the writes are the chain and the fold waits on them.
+pub const STAGES: [&str; 3] = ["poll", "fold", "wait"];
+
+fn stage_took(stage: &'static str, since: Instant) {
+    debug_assert!(STAGES.contains(&stage));
+    metrics::histogram!(tm::PROJECTOR_STEP_SECONDS, "stage" => stage)
+        .record(since.elapsed().as_secs_f64());
 }
 
 /// A segment's figures, recorded once its write is durable.

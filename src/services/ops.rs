@@ -110,6 +110,9 @@ fn known_series() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
     for table in ["prices", "metrics", "books"] {
         out.push(one(tm::PROJECTOR_ROWS_WRITTEN, "table", table));
     }
+    for stage in hindsight_projector::runner::STAGES {
+        out.push(one(tm::PROJECTOR_STEP_SECONDS, "stage", stage));
+    }
     for reason in ["not_confirmed", "cancelled"] {
         out.push(one(tm::KAFKA_DELIVERY_ERRORS, "reason", reason));
     }

@@ -35,6 +35,12 @@ pub const PROJECTOR_REPLAYS_SKIPPED: &str = "hindsight_projector_replays_skipped
 pub const PROJECTOR_ROWS_WRITTEN: &str = "hindsight_projector_rows_written_total";
 /// Time to make one batch of buckets durable (with its log position).
 pub const PROJECTOR_FLUSH_SECONDS: &str = "hindsight_projector_flush_duration_seconds";
+/// Time a projector step spends in each of its own stages, by `stage`:
+/// `poll` (reading a batch off the log), `fold` (folding a segment into
+/// rows, with the rows it loads), `wait` (waiting for the previous
+/// segment's write before handing this one to the store). The write itself
+/// is the store's `apply` (`hindsight_store_query_duration_seconds`).
+pub const PROJECTOR_STEP_SECONDS: &str = "hindsight_projector_step_stage_duration_seconds";
 /// Next log position the projector will read, by `partition`.
 pub const PROJECTOR_POSITION: &str = "hindsight_projector_position";
 /// Events in the log not yet projected, by `partition`.
@@ -165,6 +171,11 @@ pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
         PROJECTOR_FLUSH_SECONDS,
         Unit::Seconds,
         "Time from folding one segment of events to its rows being durable.",
+    ),
+    (
+        PROJECTOR_STEP_SECONDS,
+        Unit::Seconds,
+        "Time a projector step spends polling the log, folding, and waiting for the previous write, by stage.",
     ),
     (
         PROJECTOR_POSITION,
