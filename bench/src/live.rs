@@ -25,6 +25,8 @@ use crate::pipeline::{quantile, Harness};
 use crate::process::memory_mb;
 use crate::shape::{market_line, spaced, token_id, LiveFeed, ZipfTokens, DAY};
 use hindsight_contracts::{ReadStore, TickKind};
+use hindsight_telemetry as tm;
+use metrics_exporter_prometheus::PrometheusHandle;
 use hindsight_schemas::Timestamp;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
@@ -71,18 +73,21 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
         rate: sustained.rate,
         prefix: sustained.prefix.clone(),
     };
+    // As `hindsight dev` runs: with its metrics recorded, which the
+    // phases read back to say where the projector's steps went.
+    let metrics = tm::install();
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?
         .block_on(async {
-            sustained.run().await?;
+            sustained.run(&metrics).await?;
             // What phase 1 leaves in the process once its server is
             // stopped: phase 2's RSS starts from here.
             println!(
                 "   RSS between the phases, phase 1's server stopped: {:.0} MB",
                 memory_mb("self", "VmRSS:")
             );
-            stream.run().await
+            stream.run(&metrics).await
         })
 }
 
@@ -145,7 +150,7 @@ struct Rss {
 }
 
 impl Phase {
-    async fn run(&self) -> anyhow::Result<()> {
+    async fn run(&self, metrics: &PrometheusHandle) -> anyhow::Result<()> {
         let h = Arc::new(Harness::start("live").await?);
         let prefix = self.prefix.as_str();
         let markets = self.tokens / 2;
@@ -177,6 +182,7 @@ impl Phase {
         println!("   load average before: {}", load_average());
 
         let progress = Arc::new(Progress::default());
+        let steps = Steps::read(metrics);
         let started = Instant::now();
         let law = ZipfTokens::new(self.tokens, ZipfTokens::SEED);
         let clients: Vec<_> = (0..CONNECTIONS as u64)
@@ -213,6 +219,7 @@ impl Phase {
         delays.sort_by(f64::total_cmp);
         anyhow::ensure!(!delays.is_empty(), "no probe was visible during the run");
         report(started, stopped, &delays, rss);
+        Steps::read(metrics).since(steps).report(stopped.acked);
 
         let stored = stored_ticks(&h, prefix, self.tokens).await?;
         anyhow::ensure!(
@@ -360,6 +367,62 @@ fn report(started: Instant, stopped: Stopped, delays: &[f64], rss: Rss) {
             rss.max,
             rss.max / GOAL_RSS_MB
         );
+}
+
+/// The projector's steps as its own metrics count them: per stage, the
+/// seconds summed and the number of records. Under a steady load a tick
+/// waits about two or three steps to be visible, so where a step's time
+/// goes is where ack → visible goes.
+#[derive(Clone, Copy)]
+struct Steps([(f64, f64); 4]);
+
+impl Steps {
+    const STAGES: [&str; 4] = ["poll", "fold", "wait", "write"];
+
+    fn read(metrics: &PrometheusHandle) -> Steps {
+        let text = metrics.render();
+        let histogram = |family: &str, label: &str| {
+            let value = |part: &str| {
+                let prefix = format!("{family}_{part}{{");
+                text.lines()
+                    .find(|l| l.starts_with(&prefix) && l.contains(label))
+                    .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+                    .unwrap_or(0.0)
+            };
+            (value("sum"), value("count"))
+        };
+        Steps(Self::STAGES.map(|stage| match stage {
+            // The write is the store's: its `apply`.
+            "write" => histogram(tm::STORE_QUERY_SECONDS, r#"op="apply""#),
+            stage => histogram(tm::PROJECTOR_STEP_SECONDS, &format!(r#"stage="{stage}""#)),
+        }))
+    }
+
+    fn since(self, before: Steps) -> Steps {
+        Steps(std::array::from_fn(|i| {
+            (self.0[i].0 - before.0[i].0, self.0[i].1 - before.0[i].1)
+        }))
+    }
+
+    /// Prints the mean of each stage over the phase's `events`.
+    fn report(self, events: u64) {
+        let mean = |(sum, count): (f64, f64)| {
+            if count > 0.0 {
+                sum / count * 1000.0
+            } else {
+                0.0
+            }
+        };
+        let writes = self.0[3].1;
+        println!(
+            "   projector steps (its metrics): {writes:.0} writes, {} events each on average; per step poll {:.0} ms, fold {:.0} ms, wait for the write in flight {:.0} ms, write {:.0} ms",
+            spaced((events as f64 / writes.max(1.0)) as usize),
+            mean(self.0[0]),
+            mean(self.0[1]),
+            mean(self.0[2]),
+            mean(self.0[3]),
+        );
+    }
 }
 
 /// When the clients may send: tick `n` not before `started + n / rate`.
