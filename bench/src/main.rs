@@ -10,7 +10,8 @@
 //!   as they are sent: 60 s (`HINDSIGHT_BENCH_LIVE_SECS`) of HTTP ingest →
 //!   durable buckets on 20 000 tokens (`HINDSIGHT_BENCH_LIVE_TOKENS`)
 //!   (events/s acknowledged and durable, the backlog and its drain,
-//!   ack → visible p50/p99, RSS every 100 ms), then
+//!   ack → visible p50/p99, RSS every 100 ms, the projector's steps by
+//!   stage from the process's own metrics), then
 //!   `HINDSIGHT_BENCH_LIVE_TICKS` ticks (default 100 M; 2 M with `--quick`)
 //!   over 100 000 tokens with RSS printed at every 10 %; the clients send
 //!   each batch once the last is acknowledged, or offer
