@@ -435,6 +435,11 @@ impl Rollup {
     }
 
     /// Rows changed since the last drain, ready to write.
+    /// Rows changed since the last drain.
+    pub fn dirty_rows(&self) -> usize {
+        self.dirty.len()
+    }
+
     pub fn drain_dirty(&mut self) -> Vec<Row> {
         let mut rows = Vec::with_capacity(self.dirty.len());
         self.drained.clear();

@@ -8,7 +8,9 @@
 //!
 //! The store writes one segment while the projector polls and folds the
 //! next (see `InFlight`): writes stay in log order, one at a time, and the
-//! log is committed only after them.
+//! log is committed only after them. Until the write in flight is durable,
+//! the projector keeps folding what the log gains into the next step
+//! (`Projector::top_up`), which the store then takes whole.
 //!
 //! The catalog rule (`hindsight_schemas::claims`): a price tick or book
 //! snapshot whose token the catalog lists under another market is not
@@ -130,6 +132,9 @@ pub struct Projector {
     poll_max: usize,
     /// A backlog grew the steps since the log was last found caught up.
     grown: bool,
+    /// Events a top-up polled and left for the next step: a catalog record
+    /// and what followed it (see [`Projector::top_up`]).
+    carried: Vec<Delivered>,
 }
 
 /// A segment's write running on the store while the projector polls and
@@ -152,7 +157,12 @@ pub struct Projector {
 ///   in flight is durable when that write holds catalog records;
 /// - a failed write fails the segment that awaits it: the projector then
 ///   forgets everything and resumes from the durable position, as it does
-///   for any failed step.
+///   for any failed step;
+/// - what a top-up folds into the next step while this write runs
+///   ([`Projector::top_up`]) is the log's next events in order, as a later
+///   poll would have taken them: catalog records and what follows them
+///   wait for the step after (`carried`), and its positions are committed
+///   with that step's, after its write.
 struct InFlight {
     /// What the store answered, and the time from the segment's fold to
     /// its durable write.
@@ -195,6 +205,7 @@ impl Projector {
             in_flight: None,
             poll_max: config.batch_max,
             grown: false,
+            carried: Vec::new(),
             config,
         }
     }
@@ -208,6 +219,8 @@ impl Projector {
         }
         self.rollup.clear();
         self.owners.clear();
+        // Delivered again from the durable position.
+        self.carried.clear();
     }
 
     /// Empties the store's derived tables ([`ProjectionStore::reset`]) to
@@ -340,7 +353,10 @@ impl Projector {
             self.settle(consumer).await?;
         }
         let polled = Instant::now();
-        let batch = consumer.poll(self.poll_max, self.config.idle_wait).await?;
+        let batch = match self.carried.is_empty() {
+            true => consumer.poll(self.poll_max, self.config.idle_wait).await?,
+            false => std::mem::take(&mut self.carried),
+        };
         if !batch.is_empty() {
             stage_took("poll", polled);
         }
@@ -361,6 +377,7 @@ impl Projector {
             self.finish(None).await?;
             self.rollup.clear();
             self.owners.clear();
+            self.carried.clear();
         }
         if batch.is_empty() {
             return Ok(StepStats::default());
@@ -465,18 +482,23 @@ impl Projector {
         }
         let tail = rest.split_off(segment_end(rest, &self.owners));
         let segment = std::mem::replace(rest, tail);
-        let (upto, commit) = if rest.is_empty() {
+        let (mut upto, mut commit) = if rest.is_empty() {
             (consumed.to_vec(), Some(consumed.to_vec()))
         } else {
             (last_positions(&segment), None)
         };
-        let (write, report) = self.fold_segment(segment, upto).await?;
-        stage_took("fold", report.started);
+        let mut folded = self.fold_segment(segment).await?;
+        stage_took("fold", folded.report.started);
+        let waited = Instant::now();
+        let last = rest.is_empty() && folded.catalog.is_empty();
+        if last && !consumer.reassigns() && self.top_up(consumer, &mut folded, &mut upto).await? {
+            commit = Some(upto.clone());
+        }
+        let (write, report) = self.take_write(folded, upto);
         let stats = StepStats {
             events: report.events,
             rows: write.rows.len(),
         };
-        let waited = Instant::now();
         self.settle(consumer).await?;
         stage_took("wait", waited);
         let store = self.store.clone();
@@ -494,13 +516,76 @@ impl Projector {
         Ok(stats)
     }
 
-    /// Folds one segment into the rows it changes, ready to write with the
-    /// positions `upto`. Every token of its ticks is in `owners`.
-    async fn fold_segment(
+    /// While the write in flight runs, folds into the step being made
+    /// (`folded`, the last segment of its poll, with no catalog record)
+    /// the events appended since its poll, up to a grown step's size
+    /// (`backlog_batch_max`, and `step_rows_max` rows), and
+    /// moves the step's last positions (`upto`) past them; returns whether
+    /// it took any.
+    ///
+    /// Why: the projector folds a step faster than the store writes the
+    /// one before (a live long tail: folds of 60–250 ms beside writes of
+    /// 170–570 ms), and an event appended while it waited went out a whole
+    /// step later. Taken into the waiting step, it is visible one write
+    /// sooner; the step is what one poll taken later would have been.
+    ///
+    /// What keeps it correct: every event taken is one the step's poll
+    /// would have taken had it come later; a catalog record ends the
+    /// top-up, and it and what followed it are the next step's
+    /// (`carried`), since a step holding catalog records is cut where they
+    /// may decide a tick (`segment_end`). Owners are looked up only when
+    /// the write in flight holds no catalog records. Only a consumer that
+    /// never hands partitions away inside `poll` is polled beside a write.
+    async fn top_up(
         &mut self,
-        mut data: Vec<Delivered>,
-        upto: Vec<Position>,
-    ) -> Result<(ProjectionWrite, Written)> {
+        consumer: &mut dyn LogConsumer,
+        folded: &mut Folded,
+        upto: &mut Vec<Position>,
+    ) -> Result<bool> {
+        let mut took = false;
+        loop {
+            let writing = self
+                .in_flight
+                .as_ref()
+                .is_some_and(|w| !w.catalog && !w.task.is_finished());
+            // As large as a step grown by a backlog may be: the write's
+            // pace, not the last poll's size, sets how much arrives.
+            let most = self.config.backlog_batch_max.max(self.poll_max);
+            let room = most.saturating_sub(folded.report.events);
+            // And within the rows a step may touch: a step's rows are
+            // most of its memory (`step_rows_max`).
+            let rows_left = self.rollup.dirty_rows() < self.config.step_rows_max;
+            if !writing || room == 0 || !rows_left || !self.carried.is_empty() {
+                return Ok(took);
+            }
+            let mut batch = consumer.poll(room, TOP_UP_WAIT).await?;
+            if let Some(at) = batch.iter().position(|d| is_catalog(&d.event)) {
+                self.carried = batch.split_off(at);
+            }
+            if batch.is_empty() {
+                continue;
+            }
+            for p in last_positions(&batch) {
+                match upto.iter_mut().find(|q| q.partition == p.partition) {
+                    Some(q) => q.offset = q.offset.max(p.offset),
+                    None => upto.push(p),
+                }
+            }
+            took = true;
+            let missing = self.owners.missing(&batch);
+            if !missing.is_empty() {
+                let found = self.store.lookup_tokens(missing.clone()).await?;
+                self.owners.fill(missing, found);
+            }
+            let more = self.fold_segment(batch).await?;
+            folded.absorb(more);
+        }
+    }
+
+    /// Folds one segment into the rollup: its ticks and catalog records,
+    /// its rows left dirty for [`Projector::take_write`]. Every token of its
+    /// ticks is in `owners`.
+    async fn fold_segment(&mut self, mut data: Vec<Delivered>) -> Result<Folded> {
         let started = Instant::now();
         let events = data.len();
         // In place: a step's events are most of its memory. Catalog records
@@ -508,10 +593,7 @@ impl Projector {
         let mut catalog: Vec<(Position, Event)> = Vec::new();
         let mut mismatched = Mismatched::default();
         data.retain(|d| {
-            if matches!(
-                d.event,
-                Event::Series(_) | Event::Event(_) | Event::Market(_)
-            ) {
+            if is_catalog(&d.event) {
                 catalog.push((d.position, d.event.clone()));
                 return false;
             }
@@ -535,13 +617,9 @@ impl Projector {
             self.rollup.fill(rows);
         }
         let folded = self.rollup.apply(&data);
-        let rows = self.rollup.drain_dirty();
         // The events become their ticks, which take their strings.
         let ticks: Vec<_> = data.into_iter().filter_map(tick_of).collect();
         let trades = ticks.iter().filter(|t| t.kind() == TickKind::Trade).count() as u64;
-        let mut per_table = [0u64; 3];
-        rows.iter()
-            .for_each(|r| per_table[r.key.table as usize] += 1);
         self.owners.forget_markets(&catalog);
         let report = Written {
             started,
@@ -549,24 +627,74 @@ impl Projector {
             folded,
             trades,
             catalog: catalog.len() as u64,
-            per_table,
+            per_table: [0; 3],
         };
+        Ok(Folded {
+            ticks,
+            catalog,
+            report,
+        })
+    }
+
+    /// The write of a step folded so far: the rows it changed, its ticks
+    /// and catalog records, to be durable with the positions `upto`.
+    fn take_write(&mut self, folded: Folded, upto: Vec<Position>) -> (ProjectionWrite, Written) {
+        let Folded {
+            ticks,
+            catalog,
+            mut report,
+        } = folded;
+        let rows = self.rollup.drain_dirty();
+        rows.iter()
+            .for_each(|r| report.per_table[r.key.table as usize] += 1);
         let write = ProjectionWrite {
             rows,
             ticks,
             catalog,
             consumed: upto,
         };
-        Ok((write, report))
+        (write, report)
+    }
+}
+
+/// How long a top-up's poll waits for an append before it looks at the
+/// write in flight again ([`Projector::top_up`]).
+const TOP_UP_WAIT: Duration = Duration::from_millis(5);
+
+fn is_catalog(event: &Event) -> bool {
+    matches!(event, Event::Series(_) | Event::Event(_) | Event::Market(_))
+}
+
+/// A step folded and not yet handed to the store: its rows are the
+/// rollup's dirty ones.
+struct Folded {
+    ticks: Vec<hindsight_contracts::Tick>,
+    catalog: Vec<(Position, Event)>,
+    report: Written,
+}
+
+impl Folded {
+    /// Takes in a later segment folded into the same step.
+    fn absorb(&mut self, later: Folded) {
+        self.ticks.extend(later.ticks);
+        self.catalog.extend(later.catalog);
+        let (r, l) = (&mut self.report, later.report);
+        r.events += l.events;
+        r.folded.prices += l.folded.prices;
+        r.folded.books += l.folded.books;
+        r.folded.metrics += l.folded.metrics;
+        r.folded.replays_skipped += l.folded.replays_skipped;
+        r.trades += l.trades;
+        r.catalog += l.catalog;
     }
 }
 
 /// The stages of a step the projector times itself
-/// (`hindsight_projector_step_stage_duration_seconds`). Under a steady load
-/// a step's events take about as long to arrive as the step takes (see
-/// [`Projector::poll_max`]), so these say which stage bounds the time from
-/// an event's append to its buckets: a `wait` near the store's `apply`
-/// means the writes are the chain and the fold waits on them.
+/// (`hindsight_projector_step_stage_duration_seconds`): `poll`, `fold` (of
+/// what the poll took), and `wait`, from the fold's end until the write
+/// before it is durable, which includes folding what arrived meanwhile
+/// (`Projector::top_up`). A `wait` near the store's `apply` means the
+/// writes are the chain, and the fold keeps up with them.
 pub const STAGES: [&str; 3] = ["poll", "fold", "wait"];
 
 fn stage_took(stage: &'static str, since: Instant) {

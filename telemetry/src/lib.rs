@@ -37,9 +37,10 @@ pub const PROJECTOR_ROWS_WRITTEN: &str = "hindsight_projector_rows_written_total
 pub const PROJECTOR_FLUSH_SECONDS: &str = "hindsight_projector_flush_duration_seconds";
 /// Time a projector step spends in each of its own stages, by `stage`:
 /// `poll` (reading a batch off the log), `fold` (folding a segment into
-/// rows, with the rows it loads), `wait` (waiting for the previous
-/// segment's write before handing this one to the store). The write itself
-/// is the store's `apply` (`hindsight_store_query_duration_seconds`).
+/// rows, with the rows it loads), `wait` (until the previous segment's
+/// write is durable and this one can be handed to the store, folding into
+/// it what the log gains meanwhile). The write itself is the store's
+/// `apply` (`hindsight_store_query_duration_seconds`).
 pub const PROJECTOR_STEP_SECONDS: &str = "hindsight_projector_step_stage_duration_seconds";
 /// Next log position the projector will read, by `partition`.
 pub const PROJECTOR_POSITION: &str = "hindsight_projector_position";
@@ -175,7 +176,7 @@ pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
     (
         PROJECTOR_STEP_SECONDS,
         Unit::Seconds,
-        "Time a projector step spends polling the log, folding, and waiting for the previous write, by stage.",
+        "Time a projector step spends polling the log, folding, and waiting for the previous write (folding what arrives meanwhile), by stage.",
     ),
     (
         PROJECTOR_POSITION,

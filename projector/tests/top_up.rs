@@ -1,0 +1,152 @@
+//! While the store writes one step, the projector folds into the next what
+//! the log gains meanwhile (`Projector::top_up`): an event appended after
+//! the next step's poll goes out with that step, not a step later, and
+//! the tables are what a replay of the whole log makes.
+
+mod common;
+
+use async_trait::async_trait;
+use hindsight_contracts::{
+    AppendBatch, Applied, EventLog, Frontiers, LogConsumer, Position, ProjectionStore,
+    ProjectionWrite, Result, Row, RowKey, Series, TokenRef,
+};
+use hindsight_projector::{Projector, ProjectorConfig};
+use hindsight_schemas::{Event, PriceTick, Timestamp};
+use hindsight_sqlite::{EmbeddedSource, SqliteLog, SqliteStore};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{mpsc, Semaphore};
+
+/// The store, with each `apply` held until the test lets one through, and
+/// each `lookup_tokens` told to the test: the projector looks a token up
+/// when it first meets it, so the test knows which events it has polled.
+struct Gated {
+    inner: Arc<SqliteStore>,
+    gate: Semaphore,
+    applies: AtomicUsize,
+    looked_up: mpsc::UnboundedSender<Vec<String>>,
+}
+
+#[async_trait]
+impl ProjectionStore for Gated {
+    async fn committed(&self) -> Result<Vec<Position>> {
+        self.inner.committed().await
+    }
+    async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
+        self.inner.load(keys).await
+    }
+    async fn frontiers(&self, series: Vec<Series>) -> Result<Vec<Frontiers>> {
+        self.inner.frontiers(series).await
+    }
+    async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
+        let _ = self.looked_up.send(token_ids.clone());
+        self.inner.lookup_tokens(token_ids).await
+    }
+    async fn apply(&self, write: ProjectionWrite) -> Result<Applied> {
+        self.applies.fetch_add(1, Ordering::SeqCst);
+        self.gate.acquire().await.expect("never closed").forget();
+        self.inner.apply(write).await
+    }
+    async fn reset(&self) -> Result<()> {
+        self.inner.reset().await
+    }
+}
+
+/// `n` price ticks of token `token`, from tick number `from` (a second
+/// apart).
+fn ticks(token: &str, from: i64, n: i64) -> Vec<Event> {
+    (from..from + n)
+        .map(|i| {
+            Event::Price(PriceTick {
+                market_id: "m".into(),
+                token_id: token.into(),
+                ts: Timestamp(1_756_684_800_000 + i * 1_000),
+                p: 0.25 + (i % 7) as f64 / 100.0,
+            })
+        })
+        .collect()
+}
+
+async fn append(log: &SqliteLog, events: &[Event]) {
+    log.append(AppendBatch {
+        events: events.to_vec().into(),
+        idempotency: None,
+    })
+    .await
+    .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_appended_while_a_write_runs_go_out_with_the_next_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = Arc::new(SqliteLog::open(dir.path()).unwrap());
+    let inner = Arc::new(SqliteStore::open(dir.path()).unwrap());
+    let (looked_up, mut lookups) = mpsc::unbounded_channel();
+    let store = Arc::new(Gated {
+        inner: inner.clone(),
+        gate: Semaphore::new(0),
+        applies: AtomicUsize::new(0),
+        looked_up,
+    });
+    let source = Arc::new(EmbeddedSource {
+        log: log.clone(),
+        store: inner.clone(),
+    });
+    let mut projector = Projector::new(source, store.clone(), ProjectorConfig::default());
+    let mut consumer: Box<dyn LogConsumer> = Box::new(log.consumer(0).unwrap());
+
+    // Step 1 is handed to the store, which holds it.
+    let a = ticks("a", 0, 30);
+    append(&log, &a).await;
+    projector.advance(consumer.as_mut()).await.unwrap();
+    assert_eq!(lookups.recv().await.unwrap(), ["a"]);
+
+    // Step 2 polls `b`; `c` is appended after that poll, while step 1 is
+    // still being written, and step 1 is let through only once the
+    // projector has met `c`.
+    let b = ticks("b", 30, 20);
+    let c = ticks("c", 50, 10);
+    append(&log, &b).await;
+    let step = async {
+        projector.advance(consumer.as_mut()).await.unwrap();
+        projector.settle(consumer.as_mut()).await.unwrap();
+    };
+    let feed = async {
+        assert_eq!(lookups.recv().await.unwrap(), ["b"]);
+        append(&log, &c).await;
+        let met = tokio::time::timeout(Duration::from_secs(10), lookups.recv()).await;
+        // Let the writes through either way, so a failure is reported,
+        // not a hang.
+        store.gate.add_permits(3);
+        met
+    };
+    let ((), met) = tokio::join!(step, feed);
+    let met = met.expect("the projector met `c` while step 1 was being written");
+    assert_eq!(met.unwrap(), ["c"]);
+
+    // Two writes took all three batches: `c` went out with step 2.
+    assert_eq!(store.applies.load(Ordering::SeqCst), 2);
+    let all: Vec<Event> = [a, b, c].concat();
+    let got = common::tables(&inner, &all).await;
+    assert_eq!(
+        got.committed,
+        [Position {
+            partition: 0,
+            offset: all.len() as u64
+        }]
+    );
+
+    // What a replay of the whole log into a fresh store makes.
+    let fresh = tempfile::tempdir().unwrap();
+    let replay_log = Arc::new(SqliteLog::open(fresh.path()).unwrap());
+    let replay = Arc::new(SqliteStore::open(fresh.path()).unwrap());
+    append(&replay_log, &all).await;
+    let source = Arc::new(EmbeddedSource {
+        log: replay_log.clone(),
+        store: replay.clone(),
+    });
+    let mut projector = Projector::new(source, replay.clone(), ProjectorConfig::rebuild());
+    projector.catch_up().await.unwrap();
+    assert_eq!(got, common::tables(&replay, &all).await);
+}
