@@ -135,6 +135,11 @@ pub struct Projector {
     /// Events a top-up polled and left for the next step: a catalog record
     /// and what followed it (see [`Projector::top_up`]).
     carried: Vec<Delivered>,
+    /// The step's poll came back short: the projector had caught up with
+    /// the log, and may top the step up. Behind a backlog a step is as
+    /// large as `poll_max` allows, and topping it up would only grow it
+    /// past the rows its memory is sized for.
+    short_poll: bool,
 }
 
 /// A segment's write running on the store while the projector polls and
@@ -206,6 +211,7 @@ impl Projector {
             poll_max: config.batch_max,
             grown: false,
             carried: Vec::new(),
+            short_poll: false,
             config,
         }
     }
@@ -361,6 +367,7 @@ impl Projector {
             stage_took("poll", polled);
         }
         let full = batch.len() >= self.poll_max;
+        self.short_poll = !full;
         if !full {
             self.poll_max = batch.len().max(self.config.batch_max);
             self.grown |= self.poll_max > self.config.batch_max;
@@ -490,7 +497,7 @@ impl Projector {
         let mut folded = self.fold_segment(segment).await?;
         stage_took("fold", folded.report.started);
         let waited = Instant::now();
-        let last = rest.is_empty() && folded.catalog.is_empty();
+        let last = rest.is_empty() && folded.catalog.is_empty() && self.short_poll;
         if last && !consumer.reassigns() && self.top_up(consumer, &mut folded, &mut upto).await? {
             commit = Some(upto.clone());
         }
@@ -558,7 +565,9 @@ impl Projector {
             if !writing || room == 0 || !rows_left || !self.carried.is_empty() {
                 return Ok(took);
             }
-            let mut batch = consumer.poll(room, TOP_UP_WAIT).await?;
+            // A poll's worth at a time (what the short poll found), so the
+            // rows are checked again before the step grows much.
+            let mut batch = consumer.poll(room.min(self.poll_max), TOP_UP_WAIT).await?;
             if let Some(at) = batch.iter().position(|d| is_catalog(&d.event)) {
                 self.carried = batch.split_off(at);
             }
