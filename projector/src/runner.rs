@@ -135,11 +135,6 @@ pub struct Projector {
     /// Events a top-up polled and left for the next step: a catalog record
     /// and what followed it (see [`Projector::top_up`]).
     carried: Vec<Delivered>,
-    /// The step's poll came back short: the projector had caught up with
-    /// the log, and may top the step up. Behind a backlog a step is as
-    /// large as `poll_max` allows, and topping it up would only grow it
-    /// past the rows its memory is sized for.
-    short_poll: bool,
 }
 
 /// A segment's write running on the store while the projector polls and
@@ -211,7 +206,6 @@ impl Projector {
             poll_max: config.batch_max,
             grown: false,
             carried: Vec::new(),
-            short_poll: false,
             config,
         }
     }
@@ -367,7 +361,6 @@ impl Projector {
             stage_took("poll", polled);
         }
         let full = batch.len() >= self.poll_max;
-        self.short_poll = !full;
         if !full {
             self.poll_max = batch.len().max(self.config.batch_max);
             self.grown |= self.poll_max > self.config.batch_max;
@@ -425,6 +418,19 @@ impl Projector {
             .min(c.backlog_batch_max)
             .min(by_rows)
             .max(c.batch_max)
+    }
+
+    /// How many more events a step of `events` events may take within
+    /// `step_rows_max` rows, at the rows per event it has touched so far:
+    /// a step's rows are most of its memory. As in [`Projector::grow`], a
+    /// larger step touches fewer rows per event, so this never overshoots.
+    fn rows_allow(&self, events: usize) -> usize {
+        let rows = self.rollup.dirty_rows();
+        let left = self.config.step_rows_max.saturating_sub(rows);
+        match rows {
+            0 => usize::MAX,
+            rows => (events as u128 * left as u128 / rows as u128) as usize,
+        }
     }
 
     /// The log is caught up and nothing is in flight: after a backlog,
@@ -497,7 +503,7 @@ impl Projector {
         let mut folded = self.fold_segment(segment).await?;
         stage_took("fold", folded.report.started);
         let waited = Instant::now();
-        let last = rest.is_empty() && folded.catalog.is_empty() && self.short_poll;
+        let last = rest.is_empty() && folded.catalog.is_empty();
         if last && !consumer.reassigns() && self.top_up(consumer, &mut folded, &mut upto).await? {
             commit = Some(upto.clone());
         }
@@ -558,16 +564,16 @@ impl Projector {
             // As large as a step grown by a backlog may be: the write's
             // pace, not the last poll's size, sets how much arrives.
             let most = self.config.backlog_batch_max.max(self.poll_max);
-            let room = most.saturating_sub(folded.report.events);
-            // And within the rows a step may touch: a step's rows are
-            // most of its memory (`step_rows_max`).
-            let rows_left = self.rollup.dirty_rows() < self.config.step_rows_max;
-            if !writing || room == 0 || !rows_left || !self.carried.is_empty() {
+            let room = most
+                .saturating_sub(folded.report.events)
+                .min(self.rows_allow(folded.report.events))
+                // A poll's worth at a time, so the rows are counted again
+                // before the step grows much.
+                .min(self.poll_max);
+            if !writing || room == 0 || !self.carried.is_empty() {
                 return Ok(took);
             }
-            // A poll's worth at a time (what the short poll found), so the
-            // rows are checked again before the step grows much.
-            let mut batch = consumer.poll(room.min(self.poll_max), TOP_UP_WAIT).await?;
+            let mut batch = consumer.poll(room, TOP_UP_WAIT).await?;
             if let Some(at) = batch.iter().position(|d| is_catalog(&d.event)) {
                 self.carried = batch.split_off(at);
             }

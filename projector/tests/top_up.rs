@@ -1,7 +1,8 @@
 //! While the store writes one step, the projector folds into the next what
 //! the log gains meanwhile (`Projector::top_up`): an event appended after
 //! the next step's poll goes out with that step, not a step later, and
-//! the tables are what a replay of the whole log makes.
+//! the tables are what a replay of the whole log makes; and it stops at
+//! the rows a step may touch.
 
 mod common;
 
@@ -11,7 +12,7 @@ use hindsight_contracts::{
     ProjectionWrite, Result, Row, RowKey, Series, TokenRef,
 };
 use hindsight_projector::{Projector, ProjectorConfig};
-use hindsight_schemas::{Event, PriceTick, Timestamp};
+use hindsight_schemas::{Event, PriceTick, Resolution, Timestamp};
 use hindsight_sqlite::{EmbeddedSource, SqliteLog, SqliteStore};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -25,6 +26,8 @@ struct Gated {
     inner: Arc<SqliteStore>,
     gate: Semaphore,
     applies: AtomicUsize,
+    /// Each write's rows, in order.
+    rows: std::sync::Mutex<Vec<usize>>,
     looked_up: mpsc::UnboundedSender<Vec<String>>,
 }
 
@@ -45,12 +48,59 @@ impl ProjectionStore for Gated {
     }
     async fn apply(&self, write: ProjectionWrite) -> Result<Applied> {
         self.applies.fetch_add(1, Ordering::SeqCst);
+        self.rows.lock().unwrap().push(write.rows.len());
         self.gate.acquire().await.expect("never closed").forget();
         self.inner.apply(write).await
     }
     async fn reset(&self) -> Result<()> {
         self.inner.reset().await
     }
+}
+
+/// A log and store in `dir`, the store behind a [`Gated`] one, and a
+/// projector with `config` reading partition 0.
+struct Harness {
+    log: Arc<SqliteLog>,
+    inner: Arc<SqliteStore>,
+    store: Arc<Gated>,
+    /// What the projector looks up, as [`Gated`] tells it.
+    lookups: mpsc::UnboundedReceiver<Vec<String>>,
+    projector: Projector,
+    consumer: Box<dyn LogConsumer>,
+}
+
+impl Harness {
+    fn open(dir: &std::path::Path, config: ProjectorConfig) -> Self {
+        let log = Arc::new(SqliteLog::open(dir).unwrap());
+        let inner = Arc::new(SqliteStore::open(dir).unwrap());
+        let (looked_up, lookups) = mpsc::unbounded_channel();
+        let store = Arc::new(Gated {
+            inner: inner.clone(),
+            gate: Semaphore::new(0),
+            applies: AtomicUsize::new(0),
+            rows: Default::default(),
+            looked_up,
+        });
+        let source = Arc::new(EmbeddedSource {
+            log: log.clone(),
+            store: inner.clone(),
+        });
+        let projector = Projector::new(source, store.clone(), config);
+        let consumer = Box::new(log.consumer(0).unwrap());
+        Harness {
+            log,
+            inner,
+            store,
+            lookups,
+            projector,
+            consumer,
+        }
+    }
+}
+
+/// One price tick for each of `tokens`, at tick number `at`.
+fn one_each(tokens: impl IntoIterator<Item = String>, at: i64) -> Vec<Event> {
+    tokens.into_iter().flat_map(|t| ticks(&t, at, 1)).collect()
 }
 
 /// `n` price ticks of token `token`, from tick number `from` (a second
@@ -80,21 +130,14 @@ async fn append(log: &SqliteLog, events: &[Event]) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_appended_while_a_write_runs_go_out_with_the_next_step() {
     let dir = tempfile::tempdir().unwrap();
-    let log = Arc::new(SqliteLog::open(dir.path()).unwrap());
-    let inner = Arc::new(SqliteStore::open(dir.path()).unwrap());
-    let (looked_up, mut lookups) = mpsc::unbounded_channel();
-    let store = Arc::new(Gated {
-        inner: inner.clone(),
-        gate: Semaphore::new(0),
-        applies: AtomicUsize::new(0),
-        looked_up,
-    });
-    let source = Arc::new(EmbeddedSource {
-        log: log.clone(),
-        store: inner.clone(),
-    });
-    let mut projector = Projector::new(source, store.clone(), ProjectorConfig::default());
-    let mut consumer: Box<dyn LogConsumer> = Box::new(log.consumer(0).unwrap());
+    let Harness {
+        log,
+        inner,
+        store,
+        mut lookups,
+        mut projector,
+        mut consumer,
+    } = Harness::open(dir.path(), ProjectorConfig::default());
 
     // Step 1 is handed to the store, which holds it.
     let a = ticks("a", 0, 30);
@@ -149,4 +192,67 @@ async fn events_appended_while_a_write_runs_go_out_with_the_next_step() {
     let mut projector = Projector::new(source, replay.clone(), ProjectorConfig::rebuild());
     projector.catch_up().await.unwrap();
     assert_eq!(got, common::tables(&replay, &all).await);
+}
+
+/// A top-up stops where the step would pass `step_rows_max` rows, at the
+/// rows per event it has touched so far, and leaves the rest of what the
+/// log gained to the next step: a step's rows are most of its memory.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_top_up_keeps_the_step_within_its_rows() {
+    // A price tick of a token not seen before dirties one row at each
+    // resolution.
+    const PER_TOKEN: usize = Resolution::ALL.len();
+    let config = ProjectorConfig {
+        step_rows_max: 25 * PER_TOKEN,
+        ..ProjectorConfig::default()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let Harness {
+        log,
+        inner,
+        store,
+        mut lookups,
+        mut projector,
+        mut consumer,
+    } = Harness::open(dir.path(), config);
+
+    // Step 1 is held at the store.
+    let a = one_each(["a".to_string()], 0);
+    append(&log, &a).await;
+    projector.advance(consumer.as_mut()).await.unwrap();
+    lookups.recv().await.unwrap();
+
+    // Step 2 polls 10 tokens' ticks; 40 more tokens' arrive while step 1
+    // is held. Room for 15 of them.
+    let b = one_each((0..10).map(|i| format!("b{i}")), 1);
+    let c = one_each((0..40).map(|i| format!("c{i}")), 2);
+    append(&log, &b).await;
+    let step = async {
+        projector.advance(consumer.as_mut()).await.unwrap();
+        projector.settle(consumer.as_mut()).await.unwrap();
+    };
+    let feed = async {
+        assert_eq!(lookups.recv().await.unwrap().len(), 10);
+        append(&log, &c).await;
+        let met = tokio::time::timeout(Duration::from_secs(10), lookups.recv()).await;
+        store.gate.add_permits(10);
+        met
+    };
+    let ((), met) = tokio::join!(step, feed);
+    let met = met.expect("the projector topped step 2 up while step 1 was being written");
+    assert_eq!(met.unwrap().len(), 15, "what room was left for");
+    // The rest goes out with the next step.
+    projector.step(consumer.as_mut()).await.unwrap();
+
+    let rows = store.rows.lock().unwrap().clone();
+    assert_eq!(rows, [PER_TOKEN, 25 * PER_TOKEN, 25 * PER_TOKEN]);
+    let all: Vec<Event> = [a, b, c].concat();
+    let got = common::tables(&inner, &all).await;
+    assert_eq!(
+        got.committed,
+        [Position {
+            partition: 0,
+            offset: all.len() as u64
+        }]
+    );
 }
