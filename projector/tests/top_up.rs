@@ -127,58 +127,75 @@ async fn append(log: &SqliteLog, events: &[Event]) {
     .unwrap();
 }
 
+impl Harness {
+    /// Hands a step of `first` to the store, which holds it; polls
+    /// `second` in the next step, and appends `during` while the first is
+    /// still being written. Returns the tokens the projector looked up
+    /// next (what it met of `during`), and lets the writes through only
+    /// then: before the first write's end, unless the projector never
+    /// met them (within 10 s; the writes go through anyway, so that a
+    /// failure is reported, not a hang).
+    async fn during_a_write(
+        &mut self,
+        first: &[Event],
+        second: &[Event],
+        during: &[Event],
+    ) -> Vec<String> {
+        append(&self.log, first).await;
+        self.projector
+            .advance(self.consumer.as_mut())
+            .await
+            .unwrap();
+        self.lookups.recv().await.unwrap();
+        append(&self.log, second).await;
+        let step = async {
+            self.projector
+                .advance(self.consumer.as_mut())
+                .await
+                .unwrap();
+            self.projector.settle(self.consumer.as_mut()).await.unwrap();
+        };
+        let feed = async {
+            self.lookups.recv().await.unwrap();
+            append(&self.log, during).await;
+            let met = tokio::time::timeout(Duration::from_secs(10), self.lookups.recv()).await;
+            self.store.gate.add_permits(10);
+            met
+        };
+        let ((), met) = tokio::join!(step, feed);
+        met.expect("the projector met them while the first write ran")
+            .unwrap()
+    }
+
+    /// The store's tables, after checking that the whole of `all` is
+    /// committed.
+    async fn tables(&self, all: &[Event]) -> common::Tables {
+        let got = common::tables(&self.inner, all).await;
+        let offset = all.len() as u64;
+        assert_eq!(
+            got.committed,
+            [Position {
+                partition: 0,
+                offset
+            }]
+        );
+        got
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_appended_while_a_write_runs_go_out_with_the_next_step() {
     let dir = tempfile::tempdir().unwrap();
-    let Harness {
-        log,
-        inner,
-        store,
-        mut lookups,
-        mut projector,
-        mut consumer,
-    } = Harness::open(dir.path(), ProjectorConfig::default());
-
-    // Step 1 is handed to the store, which holds it.
-    let a = ticks("a", 0, 30);
-    append(&log, &a).await;
-    projector.advance(consumer.as_mut()).await.unwrap();
-    assert_eq!(lookups.recv().await.unwrap(), ["a"]);
-
-    // Step 2 polls `b`; `c` is appended after that poll, while step 1 is
-    // still being written, and step 1 is let through only once the
-    // projector has met `c`.
-    let b = ticks("b", 30, 20);
-    let c = ticks("c", 50, 10);
-    append(&log, &b).await;
-    let step = async {
-        projector.advance(consumer.as_mut()).await.unwrap();
-        projector.settle(consumer.as_mut()).await.unwrap();
-    };
-    let feed = async {
-        assert_eq!(lookups.recv().await.unwrap(), ["b"]);
-        append(&log, &c).await;
-        let met = tokio::time::timeout(Duration::from_secs(10), lookups.recv()).await;
-        // Let the writes through either way, so a failure is reported,
-        // not a hang.
-        store.gate.add_permits(3);
-        met
-    };
-    let ((), met) = tokio::join!(step, feed);
-    let met = met.expect("the projector met `c` while step 1 was being written");
-    assert_eq!(met.unwrap(), ["c"]);
+    let mut h = Harness::open(dir.path(), ProjectorConfig::default());
+    // `c` is appended after step 2's poll of `b`, while step 1 is still
+    // being written.
+    let (a, b, c) = (ticks("a", 0, 30), ticks("b", 30, 20), ticks("c", 50, 10));
+    assert_eq!(h.during_a_write(&a, &b, &c).await, ["c"]);
 
     // Two writes took all three batches: `c` went out with step 2.
-    assert_eq!(store.applies.load(Ordering::SeqCst), 2);
+    assert_eq!(h.store.applies.load(Ordering::SeqCst), 2);
     let all: Vec<Event> = [a, b, c].concat();
-    let got = common::tables(&inner, &all).await;
-    assert_eq!(
-        got.committed,
-        [Position {
-            partition: 0,
-            offset: all.len() as u64
-        }]
-    );
+    let got = h.tables(&all).await;
 
     // What a replay of the whole log into a fresh store makes.
     let fresh = tempfile::tempdir().unwrap();
@@ -207,52 +224,18 @@ async fn a_top_up_keeps_the_step_within_its_rows() {
         ..ProjectorConfig::default()
     };
     let dir = tempfile::tempdir().unwrap();
-    let Harness {
-        log,
-        inner,
-        store,
-        mut lookups,
-        mut projector,
-        mut consumer,
-    } = Harness::open(dir.path(), config);
-
-    // Step 1 is held at the store.
-    let a = one_each(["a".to_string()], 0);
-    append(&log, &a).await;
-    projector.advance(consumer.as_mut()).await.unwrap();
-    lookups.recv().await.unwrap();
-
+    let mut h = Harness::open(dir.path(), config);
     // Step 2 polls 10 tokens' ticks; 40 more tokens' arrive while step 1
-    // is held. Room for 15 of them.
+    // is held: room for 15 of them.
+    let a = one_each(["a".to_string()], 0);
     let b = one_each((0..10).map(|i| format!("b{i}")), 1);
     let c = one_each((0..40).map(|i| format!("c{i}")), 2);
-    append(&log, &b).await;
-    let step = async {
-        projector.advance(consumer.as_mut()).await.unwrap();
-        projector.settle(consumer.as_mut()).await.unwrap();
-    };
-    let feed = async {
-        assert_eq!(lookups.recv().await.unwrap().len(), 10);
-        append(&log, &c).await;
-        let met = tokio::time::timeout(Duration::from_secs(10), lookups.recv()).await;
-        store.gate.add_permits(10);
-        met
-    };
-    let ((), met) = tokio::join!(step, feed);
-    let met = met.expect("the projector topped step 2 up while step 1 was being written");
-    assert_eq!(met.unwrap().len(), 15, "what room was left for");
+    let met = h.during_a_write(&a, &b, &c).await;
+    assert_eq!(met.len(), 15, "what room was left for");
     // The rest goes out with the next step.
-    projector.step(consumer.as_mut()).await.unwrap();
+    h.projector.step(h.consumer.as_mut()).await.unwrap();
 
-    let rows = store.rows.lock().unwrap().clone();
+    let rows = h.store.rows.lock().unwrap().clone();
     assert_eq!(rows, [PER_TOKEN, 25 * PER_TOKEN, 25 * PER_TOKEN]);
-    let all: Vec<Event> = [a, b, c].concat();
-    let got = common::tables(&inner, &all).await;
-    assert_eq!(
-        got.committed,
-        [Position {
-            partition: 0,
-            offset: all.len() as u64
-        }]
-    );
+    h.tables(&[a, b, c].concat()).await;
 }
