@@ -6,10 +6,12 @@
 
 mod common;
 
+use common::{Hooked, Hooks};
+
 use async_trait::async_trait;
 use hindsight_contracts::{
-    AppendBatch, Applied, ConsumerSource, Delivered, EventLog, Frontiers, LogConsumer, Position,
-    ProjectionStore, ProjectionWrite, Result, Row, RowKey, Series, TokenRef,
+    AppendBatch, Applied, ConsumerSource, Delivered, EventLog, LogConsumer, Position,
+    ProjectionStore, ProjectionWrite, Result,
 };
 use hindsight_projector::{Projector, ProjectorConfig};
 use hindsight_sqlite::{EmbeddedSource, SqliteLog, SqliteStore};
@@ -19,39 +21,18 @@ use std::time::Duration;
 
 /// Counts the writes under way; each takes a while, so a poll issued
 /// while one is in flight sees it.
-struct SlowStore {
-    inner: Arc<SqliteStore>,
+struct Slow {
     in_flight: Arc<AtomicUsize>,
 }
 
 #[async_trait]
-impl ProjectionStore for SlowStore {
-    async fn committed(&self) -> Result<Vec<Position>> {
-        self.inner.committed().await
-    }
-
-    async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
-        self.inner.load(keys).await
-    }
-
-    async fn frontiers(&self, series: Vec<Series>) -> Result<Vec<Frontiers>> {
-        self.inner.frontiers(series).await
-    }
-
-    async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
-        self.inner.lookup_tokens(token_ids).await
-    }
-
-    async fn apply(&self, write: ProjectionWrite) -> Result<Applied> {
+impl Hooks for Slow {
+    async fn apply(&self, inner: &SqliteStore, write: ProjectionWrite) -> Result<Applied> {
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         tokio::time::sleep(Duration::from_millis(20)).await;
-        let applied = self.inner.apply(write).await;
+        let applied = inner.apply(write).await;
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
         applied
-    }
-
-    async fn reset(&self) -> Result<()> {
-        self.inner.reset().await
     }
 }
 
@@ -123,9 +104,11 @@ async fn a_reassigning_consumer_is_polled_only_with_no_write_in_flight() {
     let sqlite = Arc::new(SqliteStore::open(dir.path()).unwrap());
     let in_flight = Arc::new(AtomicUsize::new(0));
     let polled_during_a_write = Arc::new(AtomicUsize::new(0));
-    let store = Arc::new(SlowStore {
+    let store = Arc::new(Hooked {
         inner: sqlite.clone(),
-        in_flight: in_flight.clone(),
+        hooks: Slow {
+            in_flight: in_flight.clone(),
+        },
     });
     let source = Arc::new(Source {
         inner: EmbeddedSource {

@@ -6,10 +6,11 @@
 
 mod common;
 
+use common::{Hooked, Hooks};
+
 use async_trait::async_trait;
 use hindsight_contracts::{
-    AppendBatch, Applied, EventLog, Frontiers, LogConsumer, Position, ProjectionStore,
-    ProjectionWrite, Result, Row, RowKey, Series, TokenRef,
+    AppendBatch, Applied, EventLog, LogConsumer, Position, ProjectionStore, ProjectionWrite, Result,
 };
 use hindsight_projector::{Projector, ProjectorConfig};
 use hindsight_schemas::{Event, PriceTick, Resolution, Timestamp};
@@ -19,11 +20,10 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{mpsc, Semaphore};
 
-/// The store, with each `apply` held until the test lets one through, and
-/// each `lookup_tokens` told to the test: the projector looks a token up
-/// when it first meets it, so the test knows which events it has polled.
+/// Each `apply` held until the test lets one through, and each
+/// `lookup_tokens` told to the test: the projector looks a token up when
+/// it first meets it, so the test knows which events it has polled.
 struct Gated {
-    inner: Arc<SqliteStore>,
     gate: Semaphore,
     applies: AtomicUsize,
     /// Each write's rows, in order.
@@ -32,28 +32,16 @@ struct Gated {
 }
 
 #[async_trait]
-impl ProjectionStore for Gated {
-    async fn committed(&self) -> Result<Vec<Position>> {
-        self.inner.committed().await
-    }
-    async fn load(&self, keys: Vec<RowKey>) -> Result<Vec<Row>> {
-        self.inner.load(keys).await
-    }
-    async fn frontiers(&self, series: Vec<Series>) -> Result<Vec<Frontiers>> {
-        self.inner.frontiers(series).await
-    }
-    async fn lookup_tokens(&self, token_ids: Vec<String>) -> Result<Vec<TokenRef>> {
-        let _ = self.looked_up.send(token_ids.clone());
-        self.inner.lookup_tokens(token_ids).await
-    }
-    async fn apply(&self, write: ProjectionWrite) -> Result<Applied> {
+impl Hooks for Gated {
+    async fn apply(&self, inner: &SqliteStore, write: ProjectionWrite) -> Result<Applied> {
         self.applies.fetch_add(1, Ordering::SeqCst);
         self.rows.lock().unwrap().push(write.rows.len());
         self.gate.acquire().await.expect("never closed").forget();
-        self.inner.apply(write).await
+        inner.apply(write).await
     }
-    async fn reset(&self) -> Result<()> {
-        self.inner.reset().await
+
+    fn looking_up(&self, token_ids: &[String]) {
+        let _ = self.looked_up.send(token_ids.to_vec());
     }
 }
 
@@ -62,7 +50,7 @@ impl ProjectionStore for Gated {
 struct Harness {
     log: Arc<SqliteLog>,
     inner: Arc<SqliteStore>,
-    store: Arc<Gated>,
+    store: Arc<Hooked<Gated>>,
     /// What the projector looks up, as [`Gated`] tells it.
     lookups: mpsc::UnboundedReceiver<Vec<String>>,
     projector: Projector,
@@ -74,12 +62,14 @@ impl Harness {
         let log = Arc::new(SqliteLog::open(dir).unwrap());
         let inner = Arc::new(SqliteStore::open(dir).unwrap());
         let (looked_up, lookups) = mpsc::unbounded_channel();
-        let store = Arc::new(Gated {
+        let store = Arc::new(Hooked {
             inner: inner.clone(),
-            gate: Semaphore::new(0),
-            applies: AtomicUsize::new(0),
-            rows: Default::default(),
-            looked_up,
+            hooks: Gated {
+                gate: Semaphore::new(0),
+                applies: AtomicUsize::new(0),
+                rows: Default::default(),
+                looked_up,
+            },
         });
         let source = Arc::new(EmbeddedSource {
             log: log.clone(),
@@ -159,7 +149,7 @@ impl Harness {
             self.lookups.recv().await.unwrap();
             append(&self.log, during).await;
             let met = tokio::time::timeout(Duration::from_secs(10), self.lookups.recv()).await;
-            self.store.gate.add_permits(10);
+            self.store.hooks.gate.add_permits(10);
             met
         };
         let ((), met) = tokio::join!(step, feed);
@@ -193,7 +183,7 @@ async fn events_appended_while_a_write_runs_go_out_with_the_next_step() {
     assert_eq!(h.during_a_write(&a, &b, &c).await, ["c"]);
 
     // Two writes took all three batches: `c` went out with step 2.
-    assert_eq!(h.store.applies.load(Ordering::SeqCst), 2);
+    assert_eq!(h.store.hooks.applies.load(Ordering::SeqCst), 2);
     let all: Vec<Event> = [a, b, c].concat();
     let got = h.tables(&all).await;
 
@@ -235,7 +225,7 @@ async fn a_top_up_keeps_the_step_within_its_rows() {
     // The rest goes out with the next step.
     h.projector.step(h.consumer.as_mut()).await.unwrap();
 
-    let rows = h.store.rows.lock().unwrap().clone();
+    let rows = h.store.hooks.rows.lock().unwrap().clone();
     assert_eq!(rows, [PER_TOKEN, 25 * PER_TOKEN, 25 * PER_TOKEN]);
     h.tables(&[a, b, c].concat()).await;
 }

@@ -81,3 +81,60 @@ pub async fn tables(store: &SqliteStore, events: &[Event]) -> Tables {
         markets,
     }
 }
+
+/// What a test does around the store's calls it watches; every other call
+/// goes straight through ([`Hooked`]).
+#[async_trait::async_trait]
+pub trait Hooks: Send + Sync + 'static {
+    /// The write, given to `inner` when the test lets it through.
+    async fn apply(
+        &self,
+        inner: &SqliteStore,
+        write: hindsight_contracts::ProjectionWrite,
+    ) -> hindsight_contracts::Result<hindsight_contracts::Applied> {
+        inner.apply(write).await
+    }
+
+    /// Told the tokens the projector looks up, before they are.
+    fn looking_up(&self, _token_ids: &[String]) {}
+}
+
+/// The embedded store, with a test's [`Hooks`] around its writes and token
+/// lookups: one forwarding wrapper for every test that watches the
+/// projector's calls.
+pub struct Hooked<H> {
+    pub inner: std::sync::Arc<SqliteStore>,
+    pub hooks: H,
+}
+
+#[async_trait::async_trait]
+impl<H: Hooks> ProjectionStore for Hooked<H> {
+    async fn committed(&self) -> hindsight_contracts::Result<Vec<Position>> {
+        self.inner.committed().await
+    }
+    async fn load(&self, keys: Vec<RowKey>) -> hindsight_contracts::Result<Vec<Row>> {
+        self.inner.load(keys).await
+    }
+    async fn frontiers(
+        &self,
+        series: Vec<hindsight_contracts::Series>,
+    ) -> hindsight_contracts::Result<Vec<hindsight_contracts::Frontiers>> {
+        self.inner.frontiers(series).await
+    }
+    async fn lookup_tokens(
+        &self,
+        token_ids: Vec<String>,
+    ) -> hindsight_contracts::Result<Vec<hindsight_contracts::TokenRef>> {
+        self.hooks.looking_up(&token_ids);
+        self.inner.lookup_tokens(token_ids).await
+    }
+    async fn apply(
+        &self,
+        write: hindsight_contracts::ProjectionWrite,
+    ) -> hindsight_contracts::Result<hindsight_contracts::Applied> {
+        self.hooks.apply(&self.inner, write).await
+    }
+    async fn reset(&self) -> hindsight_contracts::Result<()> {
+        self.inner.reset().await
+    }
+}
