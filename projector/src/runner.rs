@@ -423,7 +423,10 @@ impl Projector {
     /// How many more events a step of `events` events may take within
     /// `step_rows_max` rows, at the rows per event it has touched so far:
     /// a step's rows are most of its memory. As in [`Projector::grow`], a
-    /// larger step touches fewer rows per event, so this never overshoots.
+    /// larger step usually touches fewer rows per event (a token's open
+    /// rows take more of its events), so this errs low; events of series
+    /// the step has not met can pass it by what one top-up poll touches
+    /// beyond the estimate, and the next poll then finds no room.
     fn rows_allow(&self, events: usize) -> usize {
         let rows = self.rollup.dirty_rows();
         let left = self.config.step_rows_max.saturating_sub(rows);
