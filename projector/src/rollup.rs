@@ -130,6 +130,15 @@ pub struct ApplyStats {
     pub replays_skipped: u64,
 }
 
+impl std::ops::AddAssign for ApplyStats {
+    fn add_assign(&mut self, other: ApplyStats) {
+        self.prices += other.prices;
+        self.books += other.books;
+        self.metrics += other.metrics;
+        self.replays_skipped += other.replays_skipped;
+    }
+}
+
 #[derive(Default)]
 pub struct Rollup {
     /// Per table, each id's series. The key is the series' own `Arc`, so
@@ -434,12 +443,12 @@ impl Rollup {
         stats
     }
 
-    /// Rows changed since the last drain, ready to write.
-    /// Rows changed since the last drain.
+    /// How many rows changed since the last drain.
     pub fn dirty_rows(&self) -> usize {
         self.dirty.len()
     }
 
+    /// Rows changed since the last drain, ready to write.
     pub fn drain_dirty(&mut self) -> Vec<Row> {
         let mut rows = Vec::with_capacity(self.dirty.len());
         self.drained.clear();

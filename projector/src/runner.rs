@@ -488,14 +488,7 @@ impl Projector {
         rest: &mut Vec<Delivered>,
         consumed: &[Position],
     ) -> Result<StepStats> {
-        let missing = self.owners.missing(rest);
-        if !missing.is_empty() {
-            if self.in_flight.as_ref().is_some_and(|w| w.catalog) {
-                self.settle(consumer).await?;
-            }
-            let found = self.store.lookup_tokens(missing.clone()).await?;
-            self.owners.fill(missing, found);
-        }
+        self.learn_owners(consumer, rest).await?;
         let tail = rest.split_off(segment_end(rest, &self.owners));
         let segment = std::mem::replace(rest, tail);
         let (mut upto, mut commit) = if rest.is_empty() {
@@ -530,6 +523,26 @@ impl Projector {
             report,
         });
         Ok(stats)
+    }
+
+    /// Looks up the owners of the tokens in `batch` not yet known. When
+    /// the write in flight holds catalog records, which may change them,
+    /// it waits for that write first.
+    async fn learn_owners(
+        &mut self,
+        consumer: &mut dyn LogConsumer,
+        batch: &[Delivered],
+    ) -> Result<()> {
+        let missing = self.owners.missing(batch);
+        if missing.is_empty() {
+            return Ok(());
+        }
+        if self.in_flight.as_ref().is_some_and(|w| w.catalog) {
+            self.settle(consumer).await?;
+        }
+        let found = self.store.lookup_tokens(missing.clone()).await?;
+        self.owners.fill(missing, found);
+        Ok(())
     }
 
     /// While the write in flight runs, folds into the step being made
@@ -590,11 +603,7 @@ impl Projector {
                 }
             }
             took = true;
-            let missing = self.owners.missing(&batch);
-            if !missing.is_empty() {
-                let found = self.store.lookup_tokens(missing.clone()).await?;
-                self.owners.fill(missing, found);
-            }
+            self.learn_owners(consumer, &batch).await?;
             let more = self.fold_segment(batch).await?;
             folded.absorb(more);
         }
@@ -698,10 +707,7 @@ impl Folded {
         self.catalog.extend(later.catalog);
         let (r, l) = (&mut self.report, later.report);
         r.events += l.events;
-        r.folded.prices += l.folded.prices;
-        r.folded.books += l.folded.books;
-        r.folded.metrics += l.folded.metrics;
-        r.folded.replays_skipped += l.folded.replays_skipped;
+        r.folded += l.folded;
         r.trades += l.trades;
         r.catalog += l.catalog;
     }
