@@ -9,7 +9,7 @@
 //! its own connection runs a `PASSIVE` checkpoint after each commit,
 //! which SQLite lets run while the writer goes on (it copies only frames
 //! every reader is past, and takes no write lock). The writer keeps an
-//! automatic checkpoint as a backstop, at [`WRITER_BACKSTOP_PAGES`].
+//! automatic checkpoint as a backstop, at [`WRITER_BACKSTOP_BYTES`].
 //!
 //! A crash during a checkpoint loses nothing: the WAL keeps every frame
 //! until a later writer restarts it, which SQLite does only once every
@@ -23,12 +23,20 @@ use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// WAL pages after which the writer checkpoints inside its own commit:
+/// Bytes of WAL after which the writer checkpoints inside its own commit:
 /// only when the checkpointer has fallen this far behind (or a reader
 /// held it back). Above one step's pages (a 250 000-event rebuild step on
-/// a long tail dirties ~16 000), so it does not fire while the thread
-/// keeps up.
-pub(crate) const WRITER_BACKSTOP_PAGES: i64 = 65_536;
+/// a long tail dirtied ~16 000 of 4 KiB), so it does not fire while the
+/// thread keeps up. SQLite counts it in pages ([`backstop_pages`]): kept
+/// in bytes, a file's page size does not change how much WAL it holds.
+pub(crate) const WRITER_BACKSTOP_BYTES: i64 = 256 << 20;
+
+/// [`WRITER_BACKSTOP_BYTES`] in pages of `conn`'s file, for its
+/// `wal_autocheckpoint`.
+pub(crate) fn backstop_pages(conn: &rusqlite::Connection) -> Result<i64> {
+    let page_size: i64 = conn.pragma_query_value(None, "page_size", |r| r.get(0))?;
+    Ok(WRITER_BACKSTOP_BYTES / page_size)
+}
 
 /// Wakes the checkpoint thread; dropping it ends the thread and waits for
 /// it, so that its connection is closed with the store's: SQLite deletes

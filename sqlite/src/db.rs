@@ -23,13 +23,26 @@ pub(crate) enum Durability {
 /// cache holds the rest, and the API may open a dozen readers).
 pub(crate) const WRITER_CACHE_KB: i64 = 16_000;
 
-/// Opens (creating if needed) in WAL mode. Another process opening the same
-/// new file at the same moment can hold the lock that switching to WAL
-/// needs, which SQLite reports at once rather than waiting: retry a while.
+/// Opens (creating if needed) in WAL mode, with SQLite's default page
+/// size for a new file. Another process opening the same new file at the
+/// same moment can hold the lock that switching to WAL needs, which SQLite
+/// reports at once rather than waiting: retry a while.
 pub(crate) fn open(path: &Path, durability: Durability) -> Result<Connection> {
+    open_paged(path, durability, None)
+}
+
+/// As [`open`], and a file this creates gets `page_size` bytes per page.
+/// An existing file keeps its own: SQLite fixes the size when it first
+/// writes the file's header (which switching to WAL does, hence before
+/// it), and changes it only by a `VACUUM` outside WAL mode.
+pub(crate) fn open_paged(
+    path: &Path,
+    durability: Durability,
+    page_size: Option<u32>,
+) -> Result<Connection> {
     let mut delay = Duration::from_millis(10);
     loop {
-        match try_open(path, durability) {
+        match try_open(path, durability, page_size) {
             Err(Error::Sql(rusqlite::Error::SqliteFailure(e, _)))
                 if e.code == rusqlite::ErrorCode::DatabaseBusy
                     && delay < Duration::from_secs(5) =>
@@ -42,9 +55,12 @@ pub(crate) fn open(path: &Path, durability: Durability) -> Result<Connection> {
     }
 }
 
-pub(crate) fn try_open(path: &Path, durability: Durability) -> Result<Connection> {
+fn try_open(path: &Path, durability: Durability, page_size: Option<u32>) -> Result<Connection> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(10))?;
+    if let Some(bytes) = page_size {
+        conn.pragma_update(None, "page_size", bytes)?;
+    }
     conn.pragma_update(None, "journal_mode", "WAL")?;
     let sync = match durability {
         Durability::Full => "FULL",

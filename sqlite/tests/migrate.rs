@@ -18,7 +18,9 @@
 //!   time first, the same bytes;
 //! - a `store.db` of version 9 (every block in the full tables) answers
 //!   every bucket and tick read as before with version 10's heads, which
-//!   hold each token's newest blocks, the same bytes.
+//!   hold each token's newest blocks, the same bytes;
+//! - a `store.db` created with SQLite's 4 KiB pages keeps them, and takes
+//!   writes as a new file of 16 KiB pages does, the same bytes.
 
 use hindsight_contracts::{Position, ProjectionStore, ProjectionWrite, ReadStore};
 use hindsight_schemas::{codec, Event, MarketRecord, Timestamp, Token};
@@ -1371,4 +1373,45 @@ async fn a_version_9_store_keeps_its_newest_blocks_in_heads() {
         price_blocks(&db),
         price_blocks(&fresh.path().join("store.db"))
     );
+}
+
+/// `PRAGMA page_size` of the file at `db`.
+fn page_size(db: &std::path::Path) -> i64 {
+    rusqlite::Connection::open(db)
+        .unwrap()
+        .query_row("PRAGMA page_size", [], |r| r.get(0))
+        .unwrap()
+}
+
+/// A store file created before 16 KiB pages (with SQLite's 4 KiB) keeps
+/// its pages and takes the same writes as a new file, which has 16 KiB
+/// pages: every bucket and tick read answers alike, and both hold the same
+/// blocks, byte for byte.
+#[tokio::test]
+async fn a_store_with_4_kib_pages_keeps_them_and_reads_as_a_new_one() {
+    let (old, db) = old_store("PRAGMA page_size = 4096; PRAGMA journal_mode = WAL;");
+    assert_eq!(page_size(&db), 4096);
+    let fresh = tempfile::tempdir().unwrap();
+    let t = 1_756_684_800_000;
+    let mut reads = Vec::new();
+    for dir in [old.path(), fresh.path()] {
+        let store = SqliteStore::open(dir).unwrap();
+        for step in [0, 1] {
+            store
+                .apply(ProjectionWrite {
+                    rows: v8_rows(t, step),
+                    ticks: if step == 0 { v9_ticks(t) } else { Vec::new() },
+                    ..Default::default()
+                })
+                .await
+                .unwrap();
+        }
+        reads.push((v8_reads(&store, t).await, v9_tick_reads(&store, t).await));
+    }
+    let new = fresh.path().join("store.db");
+    assert_eq!((page_size(&db), page_size(&new)), (4096, 16_384));
+    assert_eq!(reads[0], reads[1]);
+    assert!(reads[0].1.iter().any(|r| r.contains("200 ticks")));
+    assert_eq!(price_blocks(&db), price_blocks(&new));
+    assert_eq!(tick_blocks(&db), tick_blocks(&new));
 }
