@@ -21,13 +21,18 @@
 //! 100 ms, 704 MB with 10 ms and 687 MB with 0 (glibc: 691–699 MB), at the
 //! same events/s; at 0 a long-tail backfill spent ~0.5 s more in the kernel.
 //!
-//! Why 250 ms for a batch command (`backfill`, `rebuild`): it runs flat out
-//! and exits, so memory handed back between two steps is only faulted in
-//! and zeroed again by the next one, a step later (100–300 ms). Kept a
-//! little longer than a step, the next step reuses it. On the `shapes`
-//! files, alternated with 10 ms, that halved a `backfill --project`'s page
-//! faults and made it ~5 % faster, for ~20–30 MB more at peak on the dense
-//! file and ~60–70 MB on the long tail (docs/DESIGN.md, "The global
+//! Why mimalloc's own 1 s for a batch command (`backfill`, `rebuild`): it
+//! runs flat out and exits, so memory handed back between two steps is
+//! only faulted in and zeroed again by the next one, a step later
+//! (100–300 ms). Kept longer than a step, the next step reuses it. On the
+//! `shapes` files, alternated with 10 ms, 250 ms halved a `backfill
+//! --project`'s page faults and made it ~5 % faster, for ~20–30 MB more
+//! at peak on the dense file and ~60–70 MB on the long tail. With 16 KiB
+//! store pages, where the kernel's page faults were still ~8 % of a
+//! long-tail `backfill --project`'s samples, 1 s against 250 ms
+//! (alternated three times): long tail 1.46–1.49 s against 1.53–1.58,
+//! dense 0.51–0.55 s against 0.53–0.58, peak RSS 423–460 MB against
+//! 382–415 and 154–165 MB against 127–156 (docs/DESIGN.md, "The global
 //! allocator is mimalloc", has the figures).
 //!
 //! Why no transparent huge pages: mimalloc asks the kernel for them on the
@@ -58,7 +63,7 @@ pub enum Workload {
     /// so a process that drained a backlog or served a burst shrinks.
     Service,
     /// A command that runs its steps back to back and exits (`backfill`,
-    /// `rebuild`): memory is kept 250 ms, past the next step's allocations.
+    /// `rebuild`): memory is kept 1 s, past the next steps' allocations.
     Batch,
 }
 
@@ -67,7 +72,7 @@ impl Workload {
     pub fn purge_delay_ms(self) -> i64 {
         match self {
             Workload::Service => 10,
-            Workload::Batch => 250,
+            Workload::Batch => 1000,
         }
     }
 }
