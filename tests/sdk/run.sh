@@ -73,8 +73,10 @@ embedded)
   HINDSIGHT_DEMO_API_KEY="$HINDSIGHT_KEY_ENTERPRISE" \
     "$bin" dev --no-demo --listen 127.0.0.1:0 "${backend[@]}" > "$work/dev.out" 2> "$work/dev.err" &
   pids+=($!)
+  # The shell may reach the first read before the background process has
+  # opened dev.out: a missing file is "not yet", not a failure.
   for _ in $(seq 1 300); do
-    api_url="$(awk '$1 == "API" { sub("/v1$", "", $2); print $2; exit }' "$work/dev.out")"
+    api_url="$(awk '$1 == "API" { sub("/v1$", "", $2); print $2; exit }' "$work/dev.out" 2>/dev/null)" || true
     [ -n "$api_url" ] && break
     sleep 0.1
   done
