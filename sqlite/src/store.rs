@@ -691,12 +691,12 @@ const STORE_WRITER_CACHE_KB: i64 = 32_000;
 /// 16 KiB it changes fewer of them. On a long tail (2 000 000 ticks over
 /// 2 000 tokens) a `rebuild` wrote with a quarter of the system calls
 /// (26 837 against 102 042) and half the bytes, and `backfill --project`,
-/// alternated three times, took 1.51–1.64 s against 1.67–1.82 s at 4 KiB.
+/// alternated three times, took 1.53–1.54 s against 1.72–1.80 s at 4 KiB.
 /// Over 20 s of live sending (20 000 tokens, 500 000 events/s) a step's
 /// write took 180–187 ms against 236–237 ms, and ack → visible p99 was
 /// 0.90–0.92 s against 1.09–1.19 s. 32 KiB measured the same on both and
-/// made the dense file's store a tenth larger again (docs/DESIGN.md, "The store's pages
-/// are 16 KiB").
+/// made the dense file's store a tenth larger again (docs/DESIGN.md, "The
+/// store's pages are 16 KiB").
 const STORE_PAGE_SIZE: u32 = 16_384;
 
 /// The store's one writer connection and its cache of committed sids
