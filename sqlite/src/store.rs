@@ -689,7 +689,7 @@ const STORE_WRITER_CACHE_KB: i64 = 32_000;
 /// each into the file; a step touches the heads of most tokens and the
 /// newest blocks of every table, so its cost follows its pages, and at
 /// 16 KiB it changes fewer of them. On a long tail (2 000 000 ticks over
-/// 2 000 tokens) a `rebuild` wrote with a quarter of the system calls
+/// 2 000 tokens) a `rebuild` wrote with a quarter of the `pwrite` calls
 /// (26 837 against 102 042) and half the bytes, and `backfill --project`,
 /// alternated three times, took 1.53–1.54 s against 1.72–1.80 s at 4 KiB.
 /// Over 20 s of live sending (20 000 tokens, 500 000 events/s) a step's
