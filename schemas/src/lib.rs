@@ -22,7 +22,7 @@ pub use event::{
     SeriesRecord, Token, Trade, TradeSide,
 };
 pub use resolution::{Granularity, Resolution};
-pub use time::{IsoTime, Timestamp};
+pub use time::{IsoTime, IsoWriter, Timestamp};
 
 /// Longest id or slug accepted anywhere (SPEC §8: path ids are 1..200).
 pub const MAX_ID_LEN: usize = 200;
