@@ -1,8 +1,9 @@
 //! While the store writes one step, the projector folds into the next what
 //! the log gains meanwhile (`Projector::top_up`): an event appended after
 //! the next step's poll goes out with that step, not a step later, and
-//! the tables are what a replay of the whole log makes; and it stops at
-//! the rows a step may touch.
+//! the tables are what a replay of the whole log makes; it stops at the
+//! rows a step may touch; and a poll that finds nothing beside the write
+//! does not wait for it.
 
 mod common;
 
@@ -18,7 +19,7 @@ use hindsight_sqlite::{EmbeddedSource, SqliteLog, SqliteStore};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, watch, Semaphore};
 
 /// Each `apply` held until the test lets one through, and each
 /// `lookup_tokens` told to the test: the projector looks a token up when
@@ -228,4 +229,54 @@ async fn a_top_up_keeps_the_step_within_its_rows() {
     let rows = h.store.hooks.rows.lock().unwrap().clone();
     assert_eq!(rows, [PER_TOKEN, 25 * PER_TOKEN, 25 * PER_TOKEN]);
     h.tables(&[a, b, c].concat()).await;
+}
+
+/// Run as a service ([`Projector::run`]), a projector whose poll finds
+/// nothing while the store writes a step polls again instead of waiting
+/// for the write: what the log gains meanwhile is folded beside it, and
+/// goes out with the next step as soon as the write is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_poll_beside_a_write_does_not_wait_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let Harness {
+        log,
+        inner,
+        store,
+        mut lookups,
+        projector,
+        ..
+    } = Harness::open(dir.path(), ProjectorConfig::default());
+    let (stop, shutdown) = watch::channel(false);
+    let running = tokio::spawn(projector.run(shutdown));
+    let (a, c) = (ticks("a", 0, 30), ticks("c", 30, 10));
+    append(&log, &a).await;
+    assert_eq!(lookups.recv().await.unwrap(), ["a"]);
+    // Step 1 is with the store, held; the polls after it find nothing
+    // (each waits at most `idle_wait`, 100 ms).
+    while store.hooks.applies.load(Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    append(&log, &c).await;
+    let met = tokio::time::timeout(Duration::from_secs(10), lookups.recv()).await;
+    store.hooks.gate.add_permits(10);
+    assert_eq!(
+        met.expect("the projector polled `c` while step 1 was held")
+            .unwrap(),
+        ["c"]
+    );
+
+    let all: Vec<Event> = [a, c].concat();
+    let everything = [Position {
+        partition: 0,
+        offset: all.len() as u64,
+    }];
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while common::tables(&inner, &all).await.committed != everything {
+        assert!(tokio::time::Instant::now() < deadline, "both steps written");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    stop.send(true).unwrap();
+    running.await.unwrap();
+    assert_eq!(store.hooks.applies.load(Ordering::SeqCst), 2);
 }
