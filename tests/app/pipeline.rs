@@ -40,30 +40,10 @@ fn expected(ticks: &[(i64, f64)], width: i64) -> BTreeMap<i64, f64> {
         .collect()
 }
 
+/// ISO 8601 of Unix seconds as chrono prints it (pages write their own,
+/// `IsoWriter`).
 fn iso(secs: i64) -> String {
-    chrono_like(secs)
-}
-
-/// ISO 8601 of Unix seconds without pulling a date crate into tests.
-fn chrono_like(secs: i64) -> String {
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    // Civil-from-days (Howard Hinnant).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + if m <= 2 { 1 } else { 0 };
-    format!(
-        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    hindsight_schemas::Timestamp(secs * 1000).to_rfc3339()
 }
 
 /// Reads every page of a token's prices (following `next_cursor`).
