@@ -228,12 +228,15 @@ pub enum TickValue {
 /// One price tick, book snapshot or trade of a token, as ingested, with its
 /// exact timestamp.
 ///
-/// Its strings are boxed (no capacity kept), so a tick is no larger than
-/// the event it is made from (80 bytes, with its log position): a step's
+/// Its token's id is shared: the projector hands each tick the id its
+/// rows carry (and frees the event's), so a store can tell a step's ticks
+/// of one token by the pointer rather than by comparing names. Its other
+/// strings are boxed (no capacity kept). So a tick is no larger than the
+/// event it is made from (80 bytes, with its log position): a step's
 /// ticks are made in its events' buffer, not in a second one beside it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Tick {
-    pub token_id: Box<str>,
+    pub token_id: std::sync::Arc<str>,
     pub key: TickKey,
     pub value: TickValue,
 }

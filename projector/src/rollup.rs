@@ -329,6 +329,14 @@ impl Rollup {
         }
     }
 
+    /// The id interned for the `i`th event of the batch given to
+    /// [`Rollup::series_of`]: its token's or market's, shared by its rows.
+    /// `None` for an event with no series.
+    pub fn batch_id(&self, i: usize) -> Option<&Arc<str>> {
+        let series = *self.batch_series.get(i)?;
+        self.series.get(series as usize).map(|(_, id)| id)
+    }
+
     /// Rows the batch given to [`Rollup::series_of`] touches that are not in
     /// memory and may be stored: load them from the store and pass them to
     /// [`Rollup::fill`] before [`Rollup::apply`].

@@ -670,8 +670,14 @@ impl Projector {
             self.rollup.fill(rows);
         }
         let folded = self.rollup.apply(&data);
-        // The events become their ticks, which take their strings.
-        let ticks: Vec<_> = data.into_iter().filter_map(tick_of).collect();
+        // The events become their ticks, which take their strings, and
+        // their token's id from the rows (`Tick`).
+        let rollup = &self.rollup;
+        let ticks: Vec<_> = data
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, d)| tick_of(d, rollup.batch_id(i)))
+            .collect();
         let trades = ticks.iter().filter(|t| t.kind() == TickKind::Trade).count() as u64;
         self.owners.forget_markets(&catalog);
         let report = Written {

@@ -6,10 +6,13 @@
 use crate::rollup::levels_text;
 use hindsight_contracts::{Delivered, Tick, TickKey, TickValue};
 use hindsight_schemas::Event;
+use std::sync::Arc;
 
 /// The tick-level record of a price tick, book snapshot or trade, taking
-/// the event's strings; `None` for every other kind.
-pub fn tick_of(d: Delivered) -> Option<Tick> {
+/// the event's strings; `None` for every other kind. Its token's id is
+/// `id` when given (the id the rollup interned for the event's rows, see
+/// [`Tick`]), else the event's own.
+pub fn tick_of(d: Delivered, id: Option<&Arc<str>>) -> Option<Tick> {
     let (token_id, ts, value) = match d.event {
         Event::Price(e) => (e.token_id, e.ts, TickValue::Price { p: e.p }),
         Event::Book(e) => (
@@ -33,9 +36,7 @@ pub fn tick_of(d: Delivered) -> Option<Tick> {
         Event::Metrics(_) | Event::Series(_) | Event::Event(_) | Event::Market(_) => return None,
     };
     Some(Tick {
-        // Free when the string has no spare capacity, as one decoded from
-        // the log has not.
-        token_id: token_id.into_boxed_str(),
+        token_id: id.cloned().unwrap_or_else(|| token_id.into()),
         key: TickKey::of(ts, d.position),
         value,
     })
@@ -67,13 +68,23 @@ mod tests {
                 }),
             })
             .collect();
+        // As the projector makes them: with the ids its rollup interned.
+        let ids: Vec<Arc<str>> = (0..7).map(|t| format!("t{t}").into()).collect();
         let buffer = events.as_ptr() as usize;
-        let ticks: Vec<Tick> = events.into_iter().filter_map(tick_of).collect();
+        let ticks: Vec<Tick> = events
+            .into_iter()
+            .enumerate()
+            .filter_map(|(i, d)| tick_of(d, Some(&ids[i % 7])))
+            .collect();
         assert_eq!(ticks.len(), 1_000);
         assert_eq!(
             ticks.as_ptr() as usize,
             buffer,
             "the ticks have a buffer of their own"
         );
+        assert!(ticks
+            .iter()
+            .enumerate()
+            .all(|(i, t)| Arc::ptr_eq(&t.token_id, &ids[i % 7])));
     }
 }

@@ -909,7 +909,7 @@ impl ScyllaStore {
     /// Single writer: a token's events are one log partition's, which one
     /// projector owns, so the read, then write, needs no transaction.
     async fn first_trades(&self, ticks: Vec<Tick>) -> Result<Vec<Tick>> {
-        let mut ids: Vec<(Box<str>, Box<str>)> = ticks
+        let mut ids: Vec<(Arc<str>, Box<str>)> = ticks
             .iter()
             .filter_map(|t| match &t.value {
                 TickValue::Trade {
@@ -934,7 +934,7 @@ impl ScyllaStore {
                 .map_err(corrupt)?;
             Ok::<_, Error>(((token, id), stored))
         });
-        let mut first: HashMap<(Box<str>, Box<str>), (i32, i64)> = HashMap::new();
+        let mut first: HashMap<(Arc<str>, Box<str>), (i32, i64)> = HashMap::new();
         let mut fresh = Vec::new();
         for ((token, id), stored) in future::try_join_all(lookups).await? {
             if let Some(at) = stored {

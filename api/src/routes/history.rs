@@ -670,7 +670,7 @@ async fn book_at(
             .map_err(|e| ApiError::invariant(format!("stored book levels are not JSON: {e}")))
     };
     Ok(Some(BookAtResponse {
-        token_id: tick.token_id.into(),
+        token_id: tick.token_id.to_string(),
         t: IsoTime(tick.key.ts),
         bids: levels(bids)?,
         asks: levels(asks)?,
