@@ -2659,6 +2659,17 @@ mod tests {
         }
     }
 
+    /// A write of `ticks` alone.
+    async fn write_ticks(store: &SqliteStore, ticks: Vec<Tick>) {
+        store
+            .apply(ProjectionWrite {
+                ticks,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+
     /// Counted into place or sorted, by dense sids or sparse ones (and
     /// negative), in order or not: the order of a stable sort by key
     /// (items with equal keys, told apart by their values, keep theirs).
@@ -2762,13 +2773,7 @@ mod tests {
                 model.insert(again.key, 0.999);
                 ticks.push(again);
             }
-            store
-                .apply(ProjectionWrite {
-                    ticks,
-                    ..Default::default()
-                })
-                .await
-                .unwrap();
+            write_ticks(&store, ticks).await;
 
             let end = Timestamp(t0 + 1_000_000);
             let keys: Vec<TickKey> = model.keys().copied().collect();
@@ -3027,13 +3032,7 @@ mod tests {
                 },
             })
             .collect();
-        store
-            .apply(ProjectionWrite {
-                ticks,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        write_ticks(&store, ticks).await;
         let wal = std::fs::metadata(dir.path().join("store.db-wal"))
             .unwrap()
             .len();
@@ -3084,13 +3083,7 @@ mod tests {
             })
             .collect();
         drop(shared);
-        store
-            .apply(ProjectionWrite {
-                ticks,
-                ..Default::default()
-            })
-            .await
-            .unwrap();
+        write_ticks(&store, ticks).await;
         for token in ["tok-s", "tok-a", "tok-b"] {
             let n = store
                 .count_ticks(TickKind::Price, token, Timestamp(t0), Timestamp(t0 + 3_000))
