@@ -398,6 +398,26 @@ pub struct SqliteConsumer {
 }
 
 impl SqliteConsumer {
+    /// `out` (empty) filled with the events after the consumer's position,
+    /// up to `max`.
+    async fn fill(&self, mut out: Vec<Delivered>, max: usize) -> CResult<Vec<Delivered>> {
+        while out.len() < max {
+            let (conn, recent) = (self.conn.clone(), self.recent.clone());
+            let from = out.last().map_or(self.next, |d| d.position.offset + 1);
+            let (read, filled) = blocking(move || {
+                let read =
+                    SqliteConsumer::read(&conn.lock().unwrap(), &recent, from, max, &mut out)?;
+                Ok((read, out))
+            })
+            .await?;
+            out = filled;
+            if !read {
+                break;
+            }
+        }
+        Ok(out)
+    }
+
     /// Reads the events from `from` onwards into `out`, until it holds
     /// `max`: those [`Recent`] keeps, then the file's up to the next one it
     /// keeps. Says whether it read any.
@@ -540,26 +560,14 @@ impl LogConsumer for SqliteConsumer {
         // of a dense `backfill --project`'s samples). What a poll leaves
         // unused costs address space, not memory: pages are resident once
         // written.
-        let mut out: Vec<Delivered> = Vec::with_capacity(max);
-        while out.len() < max {
-            let (conn, recent) = (self.conn.clone(), self.recent.clone());
-            let from = out.last().map_or(self.next, |d| d.position.offset + 1);
-            let (read, filled) = blocking(move || {
-                let read =
-                    SqliteConsumer::read(&conn.lock().unwrap(), &recent, from, max, &mut out)?;
-                Ok((read, out))
-            })
-            .await?;
-            out = filled;
-            if !read {
-                break;
-            }
-        }
+        let mut out = self.fill(Vec::with_capacity(max), max).await?;
         if out.is_empty() {
-            // Woken at once by an append in this process; other processes'
-            // appends are seen on the next poll, at most `wait` later.
-            let _ = tokio::time::timeout(wait, self.head.changed()).await;
-            return Ok(out);
+            // Woken at once by an append in this process, and read again;
+            // other processes' appends are seen on the next poll, at most
+            // `wait` later.
+            if let Ok(Ok(())) = tokio::time::timeout(wait, self.head.changed()).await {
+                out = self.fill(out, max).await?;
+            }
         }
         if let Some(last) = out.last() {
             self.next = last.position.offset + 1;
@@ -667,6 +675,38 @@ mod tests {
             sizes.push(got.len());
         }
         assert_eq!(sizes, [150, 150, 150, 50]);
+    }
+
+    /// A poll that finds the log drained waits for an append, and hands
+    /// out what the append woke it for: the caller does not poll again to
+    /// get it.
+    #[tokio::test]
+    async fn a_poll_woken_by_an_append_hands_it_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(SqliteLog::open(dir.path()).unwrap());
+        let mut consumer = log.consumer(0).unwrap();
+        let appender = log.clone();
+        let appended = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let tick = Event::Price(PriceTick {
+                market_id: "m".into(),
+                token_id: "t".into(),
+                ts: Timestamp(1_756_684_800_000),
+                p: 0.5,
+            });
+            appender
+                .append(AppendBatch {
+                    events: vec![tick].into(),
+                    idempotency: None,
+                })
+                .await
+                .unwrap();
+        });
+        let started = std::time::Instant::now();
+        let got = consumer.poll(10, Duration::from_secs(10)).await.unwrap();
+        assert_eq!(got.len(), 1, "after {:?}", started.elapsed());
+        assert!(started.elapsed() < Duration::from_secs(5));
+        appended.await.unwrap();
     }
 
     /// What this process appended is handed to its consumer from memory
