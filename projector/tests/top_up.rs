@@ -251,8 +251,8 @@ async fn an_empty_poll_beside_a_write_does_not_wait_for_it() {
     let (a, c) = (ticks("a", 0, 30), ticks("c", 30, 10));
     append(&log, &a).await;
     assert_eq!(lookups.recv().await.unwrap(), ["a"]);
-    // Step 1 is with the store, held; the polls after it find nothing
-    // (each waits at most `idle_wait`, 100 ms).
+    // Step 1 is with the store, held; the polls beside it find nothing
+    // (each waits at most `TOP_UP_WAIT`, 5 ms, while the write runs).
     while store.hooks.applies.load(Ordering::SeqCst) == 0 {
         tokio::time::sleep(Duration::from_millis(1)).await;
     }

@@ -1930,9 +1930,9 @@ impl ProjectionStore for SqliteStore {
             // Price ticks go to their blocks, the others to a row each.
             // Taken by value: a price tick keeps its sid, key and price
             // (40 bytes), and the write's ticks (a step's largest buffer,
-            // 104 bytes a tick; its token's name is its rows') are freed before
-            // the blocks are written, while the projector polls and folds
-            // its next step beside this write.
+            // 104 bytes a tick; its token's name is its rows') are freed
+            // before the blocks are written, while the projector polls and
+            // folds its next step beside this write.
             let mut prices: Vec<(PriceOrder, f64)> = Vec::with_capacity(write.ticks.len());
             let mut ticks = Vec::new();
             for tick in write.ticks {
