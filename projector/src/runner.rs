@@ -548,6 +548,13 @@ impl Projector {
             commit,
             report,
         });
+        // Lets the write start now, not when this task next waits: a task
+        // spawned on a runtime worker waits in that worker's LIFO slot,
+        // which the other workers do not steal from (tokio#4941), and the
+        // next poll usually finds events at once, so the next step's fold
+        // ran first. On a long-tail `backfill --project` the store sat idle
+        // ~240 ms of its ~1.6 s that way, against ~110–150 ms with this.
+        tokio::task::yield_now().await;
         Ok(stats)
     }
 

@@ -174,6 +174,23 @@ impl Harness {
     }
 }
 
+/// A step's write has begun by the time the projector turns to the next
+/// step: the store writes while the projector polls and folds, rather than
+/// after (`Projector::next_segment` yields once it hands the write over).
+#[tokio::test]
+async fn a_steps_write_has_begun_when_the_projector_turns_to_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut h = Harness::open(dir.path(), ProjectorConfig::default());
+    append(&h.log, &ticks("a", 0, 30)).await;
+    h.projector.advance(h.consumer.as_mut()).await.unwrap();
+    // Nothing awaited since: only a write already running counted itself.
+    assert_eq!(h.store.hooks.applies.load(Ordering::SeqCst), 1);
+    h.store.hooks.gate.add_permits(1);
+    h.projector.settle(h.consumer.as_mut()).await.unwrap();
+    // Written and committed as before.
+    h.tables(&ticks("a", 0, 30)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn events_appended_while_a_write_runs_go_out_with_the_next_step() {
     let dir = tempfile::tempdir().unwrap();
