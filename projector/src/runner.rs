@@ -553,7 +553,7 @@ impl Projector {
         // which the other workers do not steal from (tokio#4941), and the
         // next poll usually finds events at once, so the next step's fold
         // ran first. On a long-tail `backfill --project` the store sat idle
-        // ~240 ms of its ~1.6 s that way, against ~110–150 ms with this.
+        // ~240 ms of its ~1.7 s that way, against ~110–150 ms with this.
         tokio::task::yield_now().await;
         Ok(stats)
     }
