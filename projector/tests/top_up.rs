@@ -2,8 +2,9 @@
 //! the log gains meanwhile (`Projector::top_up`): an event appended after
 //! the next step's poll goes out with that step, not a step later, and
 //! the tables are what a replay of the whole log makes; it stops at the
-//! rows a step may touch; and a poll that finds nothing beside the write
-//! does not wait for it.
+//! rows a step may touch; a poll that finds nothing beside the write
+//! does not wait for it; and the write has begun before the next step's
+//! poll.
 
 mod common;
 
@@ -177,6 +178,8 @@ impl Harness {
 /// A step's write has begun by the time the projector turns to the next
 /// step: the store writes while the projector polls and folds, rather than
 /// after (`Projector::next_segment` yields once it hands the write over).
+/// On one thread, a spawned task runs only when the test's task yields, so
+/// the check does not depend on another worker picking the write up.
 #[tokio::test]
 async fn a_steps_write_has_begun_when_the_projector_turns_to_the_next() {
     let dir = tempfile::tempdir().unwrap();
