@@ -161,7 +161,9 @@ mod tests {
         let (dir, meter, store) = meter();
         let h = 1_756_684_800_000;
         meter.count("k1", Timestamp(h), 200);
-        // The accounts file made unwritable: the flush fails.
+        // The accounts file made unwritable: the flush fails. (Read once
+        // first: the store creates the file on its first use.)
+        store.key_usage("k1", Timestamp(0)).await.unwrap();
         let db = dir.path().join("accounts.db");
         let conn = rusqlite::Connection::open(&db).unwrap();
         conn.execute_batch("ALTER TABLE key_usage RENAME TO key_usage_away")

@@ -7,7 +7,7 @@
 //! write lock makes each statement atomic across them (a token is deleted
 //! by exactly one `DELETE … RETURNING`, counts are added in place).
 
-use crate::db::{blocking, open, Durability};
+use crate::db::{blocking, Durability, SideFile};
 use crate::store::SqliteStore;
 use crate::{CResult, Error, Result};
 use async_trait::async_trait;
@@ -18,7 +18,7 @@ use hindsight_contracts::{
 use hindsight_schemas::Timestamp;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 pub(crate) const ACCOUNTS_FILE: &str = "accounts.db";
 
@@ -47,7 +47,7 @@ CREATE TABLE IF NOT EXISTS key_last_used (key_id TEXT PRIMARY KEY, at INTEGER NO
 type OrgKeyRow = (String, String, String, String, Vec<u8>, i64);
 
 pub(crate) struct Accounts {
-    conn: Arc<Mutex<Connection>>,
+    file: Arc<SideFile>,
 }
 
 fn hash32(what: &str, bytes: Vec<u8>) -> Result<[u8; 32]> {
@@ -57,20 +57,23 @@ fn hash32(what: &str, bytes: Vec<u8>) -> Result<[u8; 32]> {
 }
 
 impl Accounts {
-    pub(crate) fn open(dir: &Path) -> Result<Self> {
-        let conn = open(&dir.join(ACCOUNTS_FILE), Durability::Normal)?;
-        conn.execute_batch(SCHEMA)?;
-        Ok(Accounts {
-            conn: Arc::new(Mutex::new(conn)),
-        })
+    pub(crate) fn new(dir: &Path) -> Self {
+        Accounts {
+            file: Arc::new(SideFile::new(
+                dir,
+                ACCOUNTS_FILE,
+                Durability::Normal,
+                SCHEMA,
+            )),
+        }
     }
 
     async fn run<R: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<R> + Send + 'static,
     ) -> CResult<R> {
-        let conn = self.conn.clone();
-        blocking(move || f(&conn.lock().unwrap())).await
+        let file = self.file.clone();
+        blocking(move || file.with(|c| f(c))).await
     }
 }
 

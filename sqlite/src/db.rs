@@ -4,7 +4,7 @@
 use crate::{Error, Result};
 use rusqlite::Connection;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Mutex, OnceLock};
 use std::time::Duration;
 
 pub(crate) const LOG_FILE: &str = "log.db";
@@ -113,6 +113,54 @@ impl Pool {
         if idle.len() < 16 {
             idle.push(conn);
         }
+    }
+}
+
+/// A file of its own beside the store (`accounts.db`, `exports.db`,
+/// `limits.db`), opened and given its schema when first used.
+///
+/// Why on first use: every command that reads or writes the store opens
+/// it, but only the API's requests touch these files. Opened with the
+/// store, `backfill`, `rebuild` and the projector created three files they
+/// never use and ran their schemas, a transaction each, at every start.
+pub(crate) struct SideFile {
+    path: PathBuf,
+    durability: Durability,
+    /// Idempotent (`IF NOT EXISTS`): run by every connection that opens
+    /// the file.
+    schema: &'static str,
+    conn: OnceLock<Mutex<Connection>>,
+}
+
+impl SideFile {
+    pub(crate) fn new(
+        dir: &Path,
+        file: &str,
+        durability: Durability,
+        schema: &'static str,
+    ) -> Self {
+        SideFile {
+            path: dir.join(file),
+            durability,
+            schema,
+            conn: OnceLock::new(),
+        }
+    }
+
+    /// Runs `f` on the file's connection, opening the file first on the
+    /// first use. Blocking: call it off the async runtime ([`blocking`]).
+    pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Connection) -> Result<R>) -> Result<R> {
+        let conn = match self.conn.get() {
+            Some(conn) => conn,
+            None => {
+                let conn = open(&self.path, self.durability)?;
+                conn.execute_batch(self.schema)?;
+                // Two first uses at once may both open the file: one
+                // connection is kept and the other closed, harmlessly.
+                self.conn.get_or_init(|| Mutex::new(conn))
+            }
+        };
+        f(&mut conn.lock().unwrap())
     }
 }
 

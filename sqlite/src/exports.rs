@@ -7,7 +7,7 @@
 //! process on the data directory opens it; a claim is one `UPDATE …
 //! RETURNING`, which SQLite's write lock makes atomic across them.
 
-use crate::db::{blocking, open, Durability};
+use crate::db::{blocking, Durability, SideFile};
 use crate::store::SqliteStore;
 use crate::{CResult, Error, Result};
 use async_trait::async_trait;
@@ -15,7 +15,7 @@ use hindsight_contracts::{ExportJob, ExportJobStore, JobStatus};
 use hindsight_schemas::Timestamp;
 use rusqlite::{params, Connection, OptionalExtension};
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 pub(crate) const EXPORTS_FILE: &str = "exports.db";
 
@@ -37,24 +37,22 @@ const COLUMNS: &str = "id, owner, request, status, total_rows, rows, bytes, chun
                        lease_until, error, created_at, finished_at";
 
 pub(crate) struct ExportJobs {
-    conn: Arc<Mutex<Connection>>,
+    file: Arc<SideFile>,
 }
 
 impl ExportJobs {
-    pub(crate) fn open(dir: &Path) -> Result<Self> {
-        let conn = open(&dir.join(EXPORTS_FILE), Durability::Full)?;
-        conn.execute_batch(SCHEMA)?;
-        Ok(ExportJobs {
-            conn: Arc::new(Mutex::new(conn)),
-        })
+    pub(crate) fn new(dir: &Path) -> Self {
+        ExportJobs {
+            file: Arc::new(SideFile::new(dir, EXPORTS_FILE, Durability::Full, SCHEMA)),
+        }
     }
 
     async fn run<R: Send + 'static>(
         &self,
         f: impl FnOnce(&Connection) -> Result<R> + Send + 'static,
     ) -> CResult<R> {
-        let conn = self.conn.clone();
-        blocking(move || f(&conn.lock().unwrap())).await
+        let file = self.file.clone();
+        blocking(move || file.with(|c| f(c))).await
     }
 }
 

@@ -20,7 +20,9 @@
 //!   an ingest process whose log is Kafka and that has no CQL store.
 //!
 //! Separate files rather than one so that ingest and the projector never wait on
-//! each other's write lock. Several processes (`hindsight ingest`,
+//! each other's write lock. `limits.db`, `accounts.db` and `exports.db` are
+//! created on first use (`db::SideFile`): only the API's requests touch
+//! them, and a `backfill`, `rebuild` or projector has no reason to. Several processes (`hindsight ingest`,
 //! `projector`, `api`) can share a data directory; SQLite's locking keeps
 //! them consistent.
 

@@ -12,7 +12,7 @@
 //! [`RATE_HIT_RETENTION_MS`] are deleted as the key is used (and, for keys no
 //! longer used, by a sweep every [`SWEEP_EVERY`] hits taken).
 
-use crate::db::{blocking, open, Durability};
+use crate::db::{blocking, Durability, SideFile};
 use crate::{CResult, Result};
 use hindsight_contracts::auth::{counted_range, RateHits, RATE_HIT_RETENTION_MS};
 use hindsight_schemas::Timestamp;
@@ -20,7 +20,7 @@ use hindsight_telemetry as tm;
 use rusqlite::{params, Connection, TransactionBehavior};
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// Version 1 counted fixed minute windows (`rate_windows`), which let twice
@@ -35,7 +35,7 @@ CREATE INDEX IF NOT EXISTS rate_hits_by_key ON rate_hits (key_id, at);
 const SWEEP_EVERY: u64 = 1024;
 
 pub(crate) struct RateLog {
-    conn: Arc<Mutex<Connection>>,
+    file: Arc<SideFile>,
     taken: AtomicU64,
 }
 
@@ -53,13 +53,16 @@ fn counted(conn: &Connection, key_id: &str, now: Timestamp) -> Result<Vec<Timest
 }
 
 impl RateLog {
-    pub(crate) fn open(dir: &Path) -> Result<Self> {
-        let conn = open(&dir.join(crate::db::LIMITS_FILE), Durability::Normal)?;
-        conn.execute_batch(SCHEMA)?;
-        Ok(RateLog {
-            conn: Arc::new(Mutex::new(conn)),
+    pub(crate) fn new(dir: &Path) -> Self {
+        RateLog {
+            file: Arc::new(SideFile::new(
+                dir,
+                crate::db::LIMITS_FILE,
+                Durability::Normal,
+                SCHEMA,
+            )),
             taken: AtomicU64::new(0),
-        })
+        }
     }
 
     pub(crate) async fn take_hit(
@@ -72,29 +75,32 @@ impl RateLog {
             .taken
             .fetch_add(1, Ordering::Relaxed)
             .is_multiple_of(SWEEP_EVERY);
-        let (conn, key_id) = (self.conn.clone(), key_id.to_string());
+        let (file, key_id) = (self.file.clone(), key_id.to_string());
         timed("take_hit", async move {
             blocking(move || {
-                let mut conn = conn.lock().unwrap();
-                let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-                let mut hits = counted(&tx, &key_id, now)?;
-                let admitted = hits.len() < limit as usize;
-                if admitted {
-                    tx.prepare_cached("INSERT INTO rate_hits (key_id, at) VALUES (?1, ?2)")?
-                        .execute(params![key_id, now.millis()])?;
-                    let expired = now.millis() - RATE_HIT_RETENTION_MS;
-                    if sweep {
-                        tx.prepare_cached("DELETE FROM rate_hits WHERE at <= ?1")?
-                            .execute(params![expired])?;
-                    } else {
-                        tx.prepare_cached("DELETE FROM rate_hits WHERE key_id = ?1 AND at <= ?2")?
+                file.with(|conn| {
+                    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+                    let mut hits = counted(&tx, &key_id, now)?;
+                    let admitted = hits.len() < limit as usize;
+                    if admitted {
+                        tx.prepare_cached("INSERT INTO rate_hits (key_id, at) VALUES (?1, ?2)")?
+                            .execute(params![key_id, now.millis()])?;
+                        let expired = now.millis() - RATE_HIT_RETENTION_MS;
+                        if sweep {
+                            tx.prepare_cached("DELETE FROM rate_hits WHERE at <= ?1")?
+                                .execute(params![expired])?;
+                        } else {
+                            tx.prepare_cached(
+                                "DELETE FROM rate_hits WHERE key_id = ?1 AND at <= ?2",
+                            )?
                             .execute(params![key_id, expired])?;
+                        }
+                        let at = hits.partition_point(|h| *h <= now);
+                        hits.insert(at, now);
                     }
-                    let at = hits.partition_point(|h| *h <= now);
-                    hits.insert(at, now);
-                }
-                tx.commit()?;
-                Ok(RateHits { admitted, hits })
+                    tx.commit()?;
+                    Ok(RateHits { admitted, hits })
+                })
             })
             .await
         })
@@ -102,9 +108,9 @@ impl RateLog {
     }
 
     pub(crate) async fn rate_hits(&self, key_id: &str, now: Timestamp) -> CResult<Vec<Timestamp>> {
-        let (conn, key_id) = (self.conn.clone(), key_id.to_string());
+        let (file, key_id) = (self.file.clone(), key_id.to_string());
         timed("read_hits", async move {
-            blocking(move || counted(&conn.lock().unwrap(), &key_id, now)).await
+            blocking(move || file.with(|conn| counted(conn, &key_id, now))).await
         })
         .await
     }

@@ -774,9 +774,6 @@ impl SqliteStore {
             params![SCHEMA_VERSION.to_string()],
         )?;
         tx.commit()?;
-        let limits = RateLog::open(dir)?;
-        let accounts = crate::accounts::Accounts::open(dir)?;
-        let exports = crate::exports::ExportJobs::open(dir)?;
         Ok(SqliteStore {
             writer: Arc::new(Mutex::new(Writer {
                 conn,
@@ -786,9 +783,9 @@ impl SqliteStore {
             stamp: Arc::new(Mutex::new(open(&path, Durability::Normal)?)),
             loader: Arc::new(Mutex::new(open(&path, Durability::Normal)?)),
             readers: Arc::new(Pool::new(path, Durability::Normal)),
-            limits,
-            accounts,
-            exports,
+            limits: RateLog::new(dir),
+            accounts: crate::accounts::Accounts::new(dir),
+            exports: crate::exports::ExportJobs::new(dir),
         })
     }
 
@@ -3091,5 +3088,37 @@ mod tests {
                 .unwrap();
             assert_eq!(n, 1_000, "{token}");
         }
+    }
+
+    /// Opening the store creates only its own file: a `backfill`, `rebuild`
+    /// or projector leaves no `accounts.db`, `exports.db` or `limits.db`
+    /// behind. Each is created, with its schema, by its first use.
+    #[tokio::test]
+    async fn the_api_files_are_created_by_their_first_use() {
+        use hindsight_contracts::{AccountStore, AuthStore, ExportJobStore};
+        let dir = tempfile::tempdir().unwrap();
+        let files = || {
+            let mut names: Vec<String> = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".db"))
+                .collect();
+            names.sort();
+            names
+        };
+        let store = SqliteStore::open(dir.path()).unwrap();
+        assert_eq!(files(), ["store.db"]);
+        let now = Timestamp(1_756_684_800_000);
+        assert!(store.organization("o").await.unwrap().is_none());
+        assert!(store.take_hit("k", now, 10).await.unwrap().admitted);
+        assert!(store.job("j").await.unwrap().is_none());
+        assert_eq!(
+            files(),
+            ["accounts.db", "exports.db", "limits.db", "store.db"]
+        );
+        // Reopened, the files and what they hold are there.
+        drop(store);
+        let store = SqliteStore::open(dir.path()).unwrap();
+        assert_eq!(store.rate_hits("k", now).await.unwrap(), [now]);
     }
 }
