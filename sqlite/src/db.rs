@@ -148,7 +148,8 @@ impl SideFile {
     }
 
     /// Runs `f` on the file's connection, opening the file first on the
-    /// first use. Blocking: call it off the async runtime ([`blocking`]).
+    /// first use. An open that fails is the use's error, and the next use
+    /// tries again. Blocking: call it off the async runtime ([`blocking`]).
     pub(crate) fn with<R>(&self, f: impl FnOnce(&mut Connection) -> Result<R>) -> Result<R> {
         let conn = match self.conn.get() {
             Some(conn) => conn,

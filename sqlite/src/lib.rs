@@ -21,10 +21,10 @@
 //!
 //! Separate files rather than one so that ingest and the projector never wait on
 //! each other's write lock. `limits.db`, `accounts.db` and `exports.db` are
-//! created on first use (`db::SideFile`): only the API's requests touch
-//! them, and a `backfill`, `rebuild` or projector has no reason to. Several processes (`hindsight ingest`,
-//! `projector`, `api`) can share a data directory; SQLite's locking keeps
-//! them consistent.
+//! created by their first use (`db::SideFile`): only the API's requests
+//! touch them, not a `backfill`, `rebuild` or projector. Several processes
+//! (`hindsight ingest`, `projector`, `api`) can share a data directory;
+//! SQLite's locking keeps them consistent.
 
 mod accounts;
 mod bucketblock;
