@@ -38,6 +38,7 @@ mod idempotency;
 mod limits;
 mod log;
 mod rowcodec;
+mod stamp;
 mod store;
 mod tickblock;
 

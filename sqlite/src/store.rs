@@ -8,6 +8,7 @@ use crate::head::{self, Head};
 use crate::headmerge;
 use crate::limits::RateLog;
 use crate::rowcodec;
+use crate::stamp::Stamps;
 use crate::tickblock::{self, PriceTick};
 use crate::{CResult, Error, Result};
 use async_trait::async_trait;
@@ -712,11 +713,8 @@ struct Writer {
 pub struct SqliteStore {
     writer: Arc<Mutex<Writer>>,
     readers: Arc<Pool>,
-    /// Kept only to read `PRAGMA data_version` ([`ReadStore::version`]):
-    /// SQLite's count is per connection (it changes when any *other*
-    /// connection commits), so every stamp must come from this one, which
-    /// never writes.
-    stamp: Arc<Mutex<Connection>>,
+    /// [`ReadStore::version`] and [`AuthStore::version`] (`crate::stamp`).
+    stamps: Arc<Stamps>,
     /// The projector's row loads ([`ProjectionStore::load`]), which run
     /// while the writer is busy with the previous segment's write.
     loader: Arc<Mutex<Connection>>,
@@ -780,7 +778,7 @@ impl SqliteStore {
                 sids: FxHashMap::default(),
                 checkpointer: Checkpointer::start(&path)?,
             })),
-            stamp: Arc::new(Mutex::new(open(&path, Durability::Normal)?)),
+            stamps: Arc::new(Stamps::open(&path)?),
             loader: Arc::new(Mutex::new(open(&path, Durability::Normal)?)),
             readers: Arc::new(Pool::new(path, Durability::Normal)),
             limits: RateLog::new(dir),
@@ -2280,16 +2278,11 @@ fn range_params(id: &str, r: &Range) -> (String, i64, i64, i64) {
 impl SqliteStore {
     /// The stamp of everything in `store.db` (buckets, ticks, catalog,
     /// keys): [`ReadStore::version`] and [`AuthStore::version`]. A few
-    /// microseconds: the statement is prepared once, and reading it opens
-    /// a read transaction, which in WAL mode looks at the shared index
-    /// header and waits for no writer.
+    /// microseconds: reading it opens a read transaction, which in WAL mode
+    /// looks at the shared index header and waits for no writer.
     fn stamp(&self) -> Option<u64> {
-        let conn = self.stamp.lock().unwrap_or_else(|e| e.into_inner());
-        let stamp = conn
-            .prepare_cached("PRAGMA data_version")
-            .and_then(|mut s| s.query_row([], |r| r.get::<_, i64>(0)));
-        match stamp {
-            Ok(v) => Some(v as u64),
+        match self.stamps.read() {
+            Ok(v) => Some(v),
             Err(e) => {
                 tracing::warn!(error = %e, "reading the store's data_version failed");
                 None
