@@ -28,12 +28,17 @@
 use crate::db::{open, Durability};
 use crate::Result;
 use rusqlite::Connection;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 
 pub(crate) struct Stamps {
-    counters: Box<[Mutex<Counter>]>,
+    path: PathBuf,
+    /// The first opened with the store, the others by the first read that
+    /// finds the ones before them busy: commands that never read a stamp
+    /// (`backfill`, `rebuild`) open one connection, as before, and the API
+    /// one per worker that reads at once.
+    counters: Box<[Mutex<Option<Counter>>]>,
     epoch: AtomicU64,
     /// Which counter a read waits for when every one is busy.
     next: AtomicUsize,
@@ -46,6 +51,15 @@ struct Counter {
     last: Option<i64>,
 }
 
+impl Counter {
+    fn open(path: &Path) -> Result<Self> {
+        Ok(Counter {
+            conn: open(path, Durability::Normal)?,
+            last: None,
+        })
+    }
+}
+
 impl Stamps {
     /// Connections to `path`: one per core (the API's runtime workers, which
     /// read stamps at once), at most four.
@@ -55,15 +69,14 @@ impl Stamps {
     }
 
     fn with(path: &Path, n: usize) -> Result<Self> {
-        let counters = (0..n.max(1))
-            .map(|_| {
-                Ok(Mutex::new(Counter {
-                    conn: open(path, Durability::Normal)?,
-                    last: None,
-                }))
-            })
-            .collect::<Result<_>>()?;
+        let first = Counter::open(path)?;
+        let counters = std::iter::once(Some(first))
+            .chain(std::iter::repeat_with(|| None))
+            .take(n.max(1))
+            .map(Mutex::new)
+            .collect();
         Ok(Stamps {
+            path: path.to_path_buf(),
             counters,
             epoch: AtomicU64::new(0),
             next: AtomicUsize::new(0),
@@ -83,7 +96,11 @@ impl Stamps {
         self.read_on(&mut counter)
     }
 
-    fn read_on(&self, counter: &mut Counter) -> Result<u64> {
+    fn read_on(&self, slot: &mut Option<Counter>) -> Result<u64> {
+        let counter = match slot {
+            Some(counter) => counter,
+            None => slot.insert(Counter::open(&self.path)?),
+        };
         let count = counter
             .conn
             .prepare_cached("PRAGMA data_version")?
