@@ -458,9 +458,9 @@ pub trait ReadStore: Send + Sync {
     /// Cost contract: less than the cheapest read, with no round trip —
     /// the API reads it for every history page it may serve from its page
     /// cache (`hindsight_api::cache`). The embedded store answers an
-    /// epoch its few stamp connections advance whenever SQLite's `PRAGMA
-    /// data_version` of one of them moves; the CQL store cannot tell
-    /// without a query, so it answers `None`.
+    /// epoch it advances whenever the header of SQLite's WAL index, which
+    /// every commit rewrites, has changed since the last read; the CQL
+    /// store cannot tell without a query, so it answers `None`.
     fn version(&self) -> Option<u64> {
         None
     }

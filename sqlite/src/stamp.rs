@@ -3,24 +3,40 @@
 //! this process or another, read before the reads it vouches for (the
 //! API's caches, `hindsight-api`'s `cache.rs`).
 //!
-//! SQLite's `PRAGMA data_version` changes when any *other* connection
-//! commits, but its values are the connection's own: two connections'
-//! counts cannot be compared. The stamp was one connection's count behind
-//! one mutex, read twice a request (the key's and the page's), each read a
-//! read transaction with its file locks (four `fcntl` a request), so the
-//! API's runtime workers took turns at it. Now each of a few connections
-//! keeps the count it last read, and a change seen by any of them advances
-//! one shared epoch, which is the stamp (docs/DESIGN.md, "Page and key
-//! caches", has what it measured).
+//! What it reads: the header of SQLite's WAL index, the first bytes of
+//! `store.db-shm`, mapped into this process. Every commit in WAL mode
+//! writes a new header there (it counts transactions, `iChange`, and names
+//! the last valid frame), and a read transaction starts from that header:
+//! SQLite itself decides whether anything changed by comparing it whole.
+//! The format is SQLite's documented WAL-index format (version 3007000,
+//! unchanged since 3.7.0); the header is written twice, the second copy
+//! first, and read as SQLite reads it (first copy, barrier, second copy;
+//! equal, initialised and with a valid checksum, or read again).
 //!
-//! Why it is exact: a commit changes every connection's count, so the first
-//! read of any connection after a commit sees a change, advances the epoch
-//! and only then loads it; a connection that read since has advanced it
-//! already. So every stamp read that begins after a commit returns an epoch
-//! the commit preceded, and what is read after that stamp sees the commit:
-//! a value kept under a stamp is never served under it once a commit it
-//! lacks has ended. A connection that sees a commit another saw first
-//! advances the epoch once more, which only empties a cache once more.
+//! Why not `PRAGMA data_version`, as before: each read of it is a read
+//! transaction, with the shared-memory locks SQLite takes for one (`fcntl`
+//! calls under a mutex every connection of the process shares). Under the
+//! API's page load (`hindsight-bench api`) those reads, two a request,
+//! were 17 % of the API process's CPU, and a worker that found the mutex
+//! taken slept: 441 times in 3.5 s (docs/DESIGN.md, "Page and key caches").
+//! Reading the header is a few loads. `PRAGMA data_version` is still what
+//! answers when the header cannot be read (the file not mapped, a header
+//! being written on every retry, an unknown version).
+//!
+//! Why it is exact: the epoch is advanced, under one mutex, by the first
+//! read that sees the header (or the count) differ from what the read
+//! before it saw, and only then loaded. A commit changes the header before
+//! it ends, so every stamp read that begins after a commit returns an
+//! epoch advanced after the commit became visible, and what is read after
+//! that stamp sees the commit: a value kept under a stamp is never served
+//! under it once a commit it lacks has ended. A header rewritten with
+//! nothing committed (a checkpoint restarting the WAL) only advances the
+//! epoch once more, which empties a cache once more.
+//!
+//! Why the mapping stays valid: SQLite truncates `-shm` only when it opens
+//! it with no connection of any process holding it open; the connection
+//! kept here holds it open (its dead-man-switch lock) as long as the
+//! mapping exists.
 //!
 //! [`ReadStore::version`]: hindsight_contracts::ReadStore::version
 //! [`AuthStore::version`]: hindsight_contracts::AuthStore::version
@@ -28,141 +44,261 @@
 use crate::db::{open, Durability};
 use crate::Result;
 use rusqlite::Connection;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::path::Path;
+use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Mutex;
 
 pub(crate) struct Stamps {
-    path: PathBuf,
-    /// The first opened with the store, the others by the first read that
-    /// finds the ones before them busy: commands that never read a stamp
-    /// (`backfill`, `rebuild`) open one connection, as before, and the API
-    /// one per worker that reads at once.
-    counters: Box<[Mutex<Option<Counter>>]>,
-    epoch: AtomicU64,
-    /// Which counter a read waits for when every one is busy.
-    next: AtomicUsize,
+    /// The WAL index's header, when it could be mapped.
+    index: Option<WalIndex>,
+    seen: Mutex<Seen>,
 }
 
-/// A connection that only reads `PRAGMA data_version`, and what it last
-/// read.
-struct Counter {
+/// What the last stamp read saw, and the epoch it returned.
+struct Seen {
+    epoch: u64,
+    header: Option<Header>,
+    /// Keeps the WAL index open (see the module's doc); its
+    /// `data_version` answers when the header cannot be read.
     conn: Connection,
-    last: Option<i64>,
+    count: Option<i64>,
 }
 
-impl Counter {
-    fn open(path: &Path) -> Result<Self> {
-        Ok(Counter {
-            conn: open(path, Durability::Normal)?,
-            last: None,
-        })
-    }
-}
+/// One copy of the WAL index header, as native-endian words.
+type Header = [u32; HEADER_WORDS];
+
+/// `WalIndexHdr`: 48 bytes, twice, at the start of the `-shm` file.
+const HEADER_WORDS: usize = 12;
+/// `WALINDEX_MAX_VERSION`, the header's first word.
+const INDEX_VERSION: u32 = 3_007_000;
+/// Reads of a header caught being written before `data_version` answers.
+const RETRIES: usize = 16;
 
 impl Stamps {
-    /// Connections to `path`: one per core (the API's runtime workers, which
-    /// read stamps at once), at most four.
+    /// The stamp of the database at `path`, which is in WAL mode.
     pub(crate) fn open(path: &Path) -> Result<Self> {
-        let n = std::thread::available_parallelism().map_or(1, |n| n.get().min(4));
-        Self::with(path, n)
-    }
-
-    fn with(path: &Path, n: usize) -> Result<Self> {
-        let first = Counter::open(path)?;
-        let counters = std::iter::once(Some(first))
-            .chain(std::iter::repeat_with(|| None))
-            .take(n.max(1))
-            .map(Mutex::new)
-            .collect();
+        let conn = open(path, Durability::Normal)?;
+        // A first read transaction creates and initialises the index.
+        let count = data_version(&conn)?;
+        let shm = path.with_file_name(format!(
+            "{}-shm",
+            path.file_name().unwrap_or_default().to_string_lossy()
+        ));
+        let index = WalIndex::map(&shm);
+        if let Err(e) = &index {
+            tracing::warn!(path = %shm.display(), error = %e,
+                "the WAL index could not be mapped: the store's stamp reads data_version");
+        }
         Ok(Stamps {
-            path: path.to_path_buf(),
-            counters,
-            epoch: AtomicU64::new(0),
-            next: AtomicUsize::new(0),
+            index: index.ok(),
+            seen: Mutex::new(Seen {
+                epoch: 1,
+                header: None,
+                conn,
+                count: Some(count),
+            }),
         })
     }
 
-    /// The stamp now: read on the first idle connection, or, when all are
-    /// busy, on one taken in turn.
+    /// The stamp now.
     pub(crate) fn read(&self) -> Result<u64> {
-        let mut counter = match self.counters.iter().find_map(|c| c.try_lock().ok()) {
-            Some(idle) => idle,
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        let moved = match self.index.as_ref().and_then(WalIndex::header) {
+            Some(header) => seen.header.replace(header) != Some(header),
             None => {
-                let i = self.next.fetch_add(1, Ordering::Relaxed) % self.counters.len();
-                self.counters[i].lock().unwrap_or_else(|e| e.into_inner())
+                let count = data_version(&seen.conn)?;
+                seen.count.replace(count) != Some(count)
             }
         };
-        self.read_on(&mut counter)
+        if moved {
+            seen.epoch += 1;
+        }
+        Ok(seen.epoch)
+    }
+}
+
+fn data_version(conn: &Connection) -> Result<i64> {
+    Ok(conn
+        .prepare_cached("PRAGMA data_version")?
+        .query_row([], |r| r.get::<_, i64>(0))?)
+}
+
+/// The first page of a `-shm` file, mapped shared and read-only.
+struct WalIndex {
+    words: std::ptr::NonNull<AtomicU32>,
+    len: usize,
+}
+
+// SAFETY: the mapping is read only through atomics, from any thread.
+unsafe impl Send for WalIndex {}
+unsafe impl Sync for WalIndex {}
+
+impl WalIndex {
+    fn map(path: &Path) -> std::io::Result<Self> {
+        use std::os::fd::AsRawFd;
+        let file = std::fs::File::open(path)?;
+        let len = 2 * HEADER_WORDS * 4;
+        if (file.metadata()?.len() as usize) < len {
+            return Err(std::io::Error::other("shorter than the WAL index header"));
+        }
+        // SAFETY: a fresh shared read-only mapping of `len` bytes the file
+        // holds; it is unmapped once, in `drop`.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if at == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        let words = std::ptr::NonNull::new(at.cast()).expect("mmap never maps at 0");
+        Ok(WalIndex { words, len })
     }
 
-    fn read_on(&self, slot: &mut Option<Counter>) -> Result<u64> {
-        let counter = match slot {
-            Some(counter) => counter,
-            None => slot.insert(Counter::open(&self.path)?),
-        };
-        let count = counter
-            .conn
-            .prepare_cached("PRAGMA data_version")?
-            .query_row([], |r| r.get::<_, i64>(0))?;
-        if counter.last != Some(count) {
-            counter.last = Some(count);
-            self.epoch.fetch_add(1, Ordering::SeqCst);
-        }
-        Ok(self.epoch.load(Ordering::SeqCst))
+    /// Word `i` of the mapping, loaded once.
+    fn word(&self, i: usize) -> u32 {
+        debug_assert!(i < 2 * HEADER_WORDS);
+        // SAFETY: in bounds of the mapping, aligned (page start, 4-byte
+        // words), valid while `self` is (see the module's doc); other
+        // processes write it, hence an atomic load.
+        unsafe { (*self.words.as_ptr().add(i)).load(Ordering::Relaxed) }
     }
+
+    /// The header, if a read of both copies agrees and it is whole.
+    fn header(&self) -> Option<Header> {
+        for _ in 0..RETRIES {
+            let first: Header = std::array::from_fn(|i| self.word(i));
+            fence(Ordering::Acquire);
+            let second: Header = std::array::from_fn(|i| self.word(HEADER_WORDS + i));
+            fence(Ordering::Acquire);
+            if first == second && valid(&first) {
+                return Some(first);
+            }
+            std::hint::spin_loop();
+        }
+        None
+    }
+}
+
+impl Drop for WalIndex {
+    fn drop(&mut self) {
+        // SAFETY: mapped in `map` with this length, unmapped only here.
+        unsafe { libc::munmap(self.words.as_ptr().cast(), self.len) };
+    }
+}
+
+/// An initialised header of the known version whose checksum (SQLite's
+/// `walChecksumBytes` over its first 40 bytes, native order) holds.
+fn valid(h: &Header) -> bool {
+    let is_init = h[3].to_ne_bytes()[0] != 0;
+    let (mut s1, mut s2) = (0u32, 0u32);
+    for pair in h[..10].chunks_exact(2) {
+        s1 = s1.wrapping_add(pair[0]).wrapping_add(s2);
+        s2 = s2.wrapping_add(pair[1]).wrapping_add(s1);
+    }
+    h[0] == INDEX_VERSION && is_init && [s1, s2] == [h[10], h[11]]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// Whichever connection answers, a stamp read after a commit is larger
-    /// than every stamp read before it, and without a commit it stays; also
-    /// once the connections' own counts have parted ways.
-    #[test]
-    fn a_commit_advances_the_stamp_whichever_connection_reads_it() {
+    /// A database in WAL mode with a table, its writer, and its stamps.
+    fn store() -> (tempfile::TempDir, Connection, Stamps) {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.db");
         let writer = open(&path, Durability::Normal).unwrap();
         writer.execute_batch("CREATE TABLE t (k INTEGER)").unwrap();
-        let commit = || writer.execute("INSERT INTO t VALUES (1)", []).unwrap();
-        let stamps = Stamps::with(&path, 3).unwrap();
-        let on = |i: usize| {
-            let mut counter = stamps.counters[i].lock().unwrap();
-            stamps.read_on(&mut counter).unwrap()
-        };
-        let mut highest = (0..3).map(on).max().unwrap();
-        for i in 0..3 {
-            assert_eq!(
-                on(i),
-                highest,
-                "no commit, yet connection {i} moved the stamp"
-            );
-        }
-        // Connection 0 alone sees three commits, one at a time: its count
-        // runs ahead of the others'.
+        let stamps = Stamps::open(&path).unwrap();
+        (dir, writer, stamps)
+    }
+
+    fn commit(writer: &Connection) {
+        writer.execute("INSERT INTO t VALUES (1)", []).unwrap();
+    }
+
+    /// Each commit moves the stamp, reads without one leave it.
+    fn moves_on_each_commit(writer: &Connection, stamps: &Stamps) {
+        let mut before = stamps.read().unwrap();
         for _ in 0..3 {
-            commit();
-            let stamp = on(0);
-            assert!(
-                stamp > highest,
-                "{stamp} after a commit, {highest} before it"
-            );
-            highest = stamp;
+            assert_eq!(stamps.read().unwrap(), before, "no commit, yet it moved");
+            commit(writer);
+            let after = stamps.read().unwrap();
+            assert!(after > before, "{after} after a commit, {before} before it");
+            before = after;
         }
-        for order in [[1, 0, 2], [2, 1, 0]] {
-            let before = highest;
-            commit();
-            for i in order {
-                let stamp = on(i);
-                assert!(
-                    stamp > before,
-                    "connection {i} read {stamp} after a commit, {before} before it"
-                );
-                highest = highest.max(stamp);
+    }
+
+    #[test]
+    fn the_header_is_read_and_a_commit_moves_the_stamp() {
+        let (_dir, writer, stamps) = store();
+        let index = stamps.index.as_ref().expect("the WAL index is mapped");
+        let header = index.header().expect("a whole header");
+        assert_eq!(header[0], INDEX_VERSION);
+        moves_on_each_commit(&writer, &stamps);
+        assert_ne!(index.header(), Some(header), "commits rewrote it");
+    }
+
+    #[test]
+    fn without_the_header_data_version_moves_it() {
+        let (_dir, writer, mut stamps) = store();
+        stamps.index = None;
+        moves_on_each_commit(&writer, &stamps);
+    }
+
+    /// A read answered by `data_version` between two answered by the
+    /// header (or the other way round) misses no commit.
+    #[test]
+    fn the_two_answers_interleaved_miss_no_commit() {
+        let (_dir, writer, mut stamps) = store();
+        let mut spare = None;
+        let mut before = stamps.read().unwrap();
+        for swap in [true, false, true, true, false, true] {
+            if swap {
+                // Header to data_version, or back.
+                std::mem::swap(&mut stamps.index, &mut spare);
             }
-            assert_eq!(stamps.read().unwrap(), highest, "no commit since");
+            commit(&writer);
+            let after = stamps.read().unwrap();
+            assert!(after > before, "{after} after a commit, {before} before it");
+            before = after;
         }
+    }
+
+    /// A checkpoint that truncates the WAL rewrites the header: a commit
+    /// after it still moves the stamp.
+    #[test]
+    fn a_commit_after_the_wal_is_truncated_moves_it() {
+        let (_dir, writer, stamps) = store();
+        commit(&writer);
+        let before = stamps.read().unwrap();
+        writer
+            .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |_| Ok(()))
+            .unwrap();
+        let checkpointed = stamps.read().unwrap();
+        assert!(checkpointed >= before);
+        commit(&writer);
+        assert!(stamps.read().unwrap() > checkpointed);
+        assert!(stamps.index.as_ref().unwrap().header().is_some());
+    }
+
+    #[test]
+    fn a_torn_or_foreign_header_is_not_taken() {
+        let (_dir, _writer, stamps) = store();
+        let header = stamps.index.as_ref().unwrap().header().unwrap();
+        assert!(valid(&header));
+        for (word, flip) in [(2, 1), (4, 1 << 7), (10, 1), (0, 1)] {
+            let mut bad = header;
+            bad[word] ^= flip;
+            assert!(!valid(&bad), "word {word} changed, still valid");
+        }
+        let mut uninit = header;
+        uninit[3] &= !u32::from_ne_bytes([0xff, 0, 0, 0]);
+        assert!(!valid(&uninit), "not initialised, still valid");
     }
 }

@@ -2279,13 +2279,13 @@ fn range_params(id: &str, r: &Range) -> (String, i64, i64, i64) {
 impl SqliteStore {
     /// The stamp of everything in `store.db` (buckets, ticks, catalog,
     /// keys): [`ReadStore::version`] and [`AuthStore::version`]. A few
-    /// microseconds: reading it opens a read transaction, which in WAL mode
-    /// looks at the shared index header and waits for no writer.
+    /// loads from the WAL index's header, mapped (`crate::stamp`): no
+    /// transaction, no lock shared with a writer.
     fn stamp(&self) -> Option<u64> {
         match self.stamps.read() {
             Ok(v) => Some(v),
             Err(e) => {
-                tracing::warn!(error = %e, "reading the store's data_version failed");
+                tracing::warn!(error = %e, "reading the store's stamp failed");
                 None
             }
         }
