@@ -30,6 +30,10 @@ impl Shape {
     }
 
     /// Writes the lines as one NDJSON file.
+    ///
+    /// On disk before it returns: otherwise the kernel writes its hundreds
+    /// of MB back during whichever run comes first, and that run pays for
+    /// it.
     pub fn write(&self, path: &std::path::Path) -> std::io::Result<()> {
         use std::io::Write;
         let mut out = std::io::BufWriter::new(std::fs::File::create(path)?);
@@ -37,7 +41,7 @@ impl Shape {
             out.write_all(line.as_bytes())?;
             out.write_all(b"\n")?;
         }
-        out.flush()
+        out.into_inner()?.sync_all()
     }
 }
 
