@@ -4,7 +4,8 @@
 //! API's caches, `hindsight-api`'s `cache.rs`).
 //!
 //! What it reads: the header of SQLite's WAL index, the first bytes of
-//! `store.db-shm`, mapped into this process. Every commit in WAL mode
+//! `store.db-shm`, where SQLite maps it for a connection kept for this.
+//! Every commit in WAL mode
 //! writes a new header there (it counts transactions, `iChange`, and names
 //! the last valid frame), and a read transaction starts from that header:
 //! SQLite itself decides whether anything changed by comparing it whole.
@@ -20,8 +21,8 @@
 //! were 17 % of the API process's CPU, and a worker that found the mutex
 //! taken slept: 441 times in 3.5 s (docs/DESIGN.md, "Page and key caches").
 //! Reading the header is a few loads. `PRAGMA data_version` is still what
-//! answers when the header cannot be read (the file not mapped, a header
-//! being written on every retry, an unknown version).
+//! answers when the header cannot be read (a VFS without shared memory, a
+//! header being written on every retry, an unknown version).
 //!
 //! Why it is exact: the epoch is advanced, under one mutex, by the first
 //! read that sees the header (or the count) differ from what the read
@@ -33,17 +34,23 @@
 //! nothing committed (a checkpoint restarting the WAL) only advances the
 //! epoch once more, which empties a cache once more.
 //!
-//! Why the mapping stays valid: SQLite truncates `-shm` only when it opens
-//! it with no connection of any process holding it open; the connection
-//! kept here holds it open (its dead-man-switch lock) as long as the
-//! mapping exists.
+//! Why SQLite's own mapping, not one of the file's: a process that closes
+//! any descriptor of a file loses every POSIX lock it holds on it, and
+//! SQLite's locks on `-shm` (among them the one telling other processes
+//! that this one uses the index) are such locks. The first version of this
+//! opened `-shm`, mapped it and closed it: another process then found the
+//! index unused, rebuilt it under the first, and the SIGKILL crash test's
+//! projector stopped seeing the log's appends. The words read here are
+//! those SQLite mapped for the kept connection (its VFS's `xShmMap`),
+//! valid while it is open, and it is closed with them.
 //!
 //! [`ReadStore::version`]: hindsight_contracts::ReadStore::version
 //! [`AuthStore::version`]: hindsight_contracts::AuthStore::version
 
 use crate::db::{open, Durability};
 use crate::Result;
-use rusqlite::Connection;
+use rusqlite::{ffi, Connection};
+use std::ffi::c_int;
 use std::path::Path;
 use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Mutex;
@@ -80,14 +87,10 @@ impl Stamps {
         let conn = open(path, Durability::Normal)?;
         // A first read transaction creates and initialises the index.
         let count = data_version(&conn)?;
-        let shm = path.with_file_name(format!(
-            "{}-shm",
-            path.file_name().unwrap_or_default().to_string_lossy()
-        ));
-        let index = WalIndex::map(&shm);
-        if let Err(e) = &index {
-            tracing::warn!(path = %shm.display(), error = %e,
-                "the WAL index could not be mapped: the store's stamp reads data_version");
+        let index = WalIndex::of(&conn);
+        if let Err(why) = index {
+            tracing::warn!(path = %path.display(), why,
+                "the WAL index header cannot be read: the store's stamp reads data_version");
         }
         Ok(Stamps {
             index: index.ok(),
@@ -123,49 +126,67 @@ fn data_version(conn: &Connection) -> Result<i64> {
         .query_row([], |r| r.get::<_, i64>(0))?)
 }
 
-/// The first page of a `-shm` file, mapped shared and read-only.
+/// The WAL index's first words, where the connection that keeps it open
+/// has it mapped.
 struct WalIndex {
     words: std::ptr::NonNull<AtomicU32>,
-    len: usize,
 }
 
-// SAFETY: the mapping is read only through atomics, from any thread.
+// SAFETY: the words are read only through atomics, from any thread.
 unsafe impl Send for WalIndex {}
 unsafe impl Sync for WalIndex {}
 
+/// `WALINDEX_PGSZ`: the size of each region SQLite maps.
+const REGION_BYTES: c_int = 32_768;
+
 impl WalIndex {
-    fn map(path: &Path) -> std::io::Result<Self> {
-        use std::os::fd::AsRawFd;
-        let file = std::fs::File::open(path)?;
-        let len = 2 * HEADER_WORDS * 4;
-        if (file.metadata()?.len() as usize) < len {
-            return Err(std::io::Error::other("shorter than the WAL index header"));
-        }
-        // SAFETY: a fresh shared read-only mapping of `len` bytes the file
-        // holds; it is unmapped once, in `drop`.
-        let at = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_SHARED,
-                file.as_raw_fd(),
-                0,
+    /// Region 0 of `conn`'s WAL index, as SQLite mapped it for `conn`
+    /// (its VFS's `xShmMap`, which hands back the existing mapping), valid
+    /// until `conn` is closed. Never by opening `-shm` here: closing any
+    /// descriptor of a file drops every POSIX lock the process holds on
+    /// it, SQLite's included, and another process could then take this
+    /// one for gone and reset the index under it.
+    fn of(conn: &Connection) -> std::result::Result<Self, &'static str> {
+        let mut file: *mut ffi::sqlite3_file = std::ptr::null_mut();
+        // SAFETY: the handle is `conn`'s, borrowed; the out-pointer is valid.
+        let rc = unsafe {
+            ffi::sqlite3_file_control(
+                conn.handle(),
+                c"main".as_ptr(),
+                ffi::SQLITE_FCNTL_FILE_POINTER,
+                (&raw mut file).cast(),
             )
         };
-        if at == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
+        if rc != ffi::SQLITE_OK || file.is_null() {
+            return Err("no database file");
         }
-        let words = std::ptr::NonNull::new(at.cast()).expect("mmap never maps at 0");
-        Ok(WalIndex { words, len })
+        // SAFETY: `file` is the open main database file of `conn`; its
+        // methods outlive it.
+        let methods = unsafe { (*file).pMethods };
+        if methods.is_null() || unsafe { (*methods).iVersion } < 2 {
+            return Err("a VFS without shared memory");
+        }
+        let Some(shm_map) = (unsafe { (*methods).xShmMap }) else {
+            return Err("a VFS without shared memory");
+        };
+        let mut region: *mut std::ffi::c_void = std::ptr::null_mut();
+        // SAFETY: as above; region 0 exists once a read transaction has
+        // run (`bExtend` 0 maps nothing new), and `conn` is not in use
+        // on another thread while `Stamps::open` holds it.
+        let rc = unsafe { shm_map(file, 0, REGION_BYTES, 0, &raw mut region) };
+        let words = std::ptr::NonNull::new(region.cast::<AtomicU32>());
+        match (rc, words) {
+            (ffi::SQLITE_OK, Some(words)) => Ok(WalIndex { words }),
+            _ => Err("the WAL index is not mapped"),
+        }
     }
 
-    /// Word `i` of the mapping, loaded once.
+    /// Word `i` of the header's two copies, loaded once.
     fn word(&self, i: usize) -> u32 {
         debug_assert!(i < 2 * HEADER_WORDS);
-        // SAFETY: in bounds of the mapping, aligned (page start, 4-byte
-        // words), valid while `self` is (see the module's doc); other
-        // processes write it, hence an atomic load.
+        // SAFETY: in region 0 (32 KiB, page-aligned), valid while the
+        // connection that mapped it is open, which `Stamps` keeps; other
+        // threads and processes write it, hence an atomic load.
         unsafe { (*self.words.as_ptr().add(i)).load(Ordering::Relaxed) }
     }
 
@@ -182,13 +203,6 @@ impl WalIndex {
             std::hint::spin_loop();
         }
         None
-    }
-}
-
-impl Drop for WalIndex {
-    fn drop(&mut self) {
-        // SAFETY: mapped in `map` with this length, unmapped only here.
-        unsafe { libc::munmap(self.words.as_ptr().cast(), self.len) };
     }
 }
 
