@@ -56,7 +56,7 @@ use std::sync::atomic::{fence, AtomicU32, Ordering};
 use std::sync::Mutex;
 
 pub(crate) struct Stamps {
-    /// The WAL index's header, when it could be mapped.
+    /// SQLite's mapping of the WAL index, when its VFS has one.
     index: Option<WalIndex>,
     seen: Mutex<Seen>,
 }
@@ -68,7 +68,7 @@ struct Seen {
     /// Keeps the WAL index open (see the module's doc); its
     /// `data_version` answers when the header cannot be read.
     conn: Connection,
-    count: Option<i64>,
+    count: i64,
 }
 
 /// One copy of the WAL index header, as native-endian words.
@@ -98,7 +98,7 @@ impl Stamps {
                 epoch: 1,
                 header: None,
                 conn,
-                count: Some(count),
+                count,
             }),
         })
     }
@@ -110,7 +110,7 @@ impl Stamps {
             Some(header) => seen.header.replace(header) != Some(header),
             None => {
                 let count = data_version(&seen.conn)?;
-                seen.count.replace(count) != Some(count)
+                std::mem::replace(&mut seen.count, count) != count
             }
         };
         if moved {
