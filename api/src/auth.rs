@@ -54,20 +54,15 @@ async fn identify(state: &ApiState, parts: &Parts) -> Result<(ApiKeyRecord, Plan
         ApiError::InvalidKey
     };
     let hash = keys::hash(sent.to_str().map_err(|_| invalid())?);
-    // Known keys only: an unknown one is read every time, so that keys
-    // made up by the thousand cannot push the known ones out.
-    let stamp = state.keys.version();
-    let known = stamp.and_then(|s| state.known_keys.get(&hash, s));
-    let key = match known {
-        Some(key) => key,
-        None => {
-            let key = state.keys.key_by_hash(hash).await?.ok_or_else(invalid)?;
-            if let Some(stamp) = stamp {
-                state.known_keys.put(hash.to_vec(), stamp, &key);
-            }
-            key
-        }
-    };
+    let key = state
+        .known_keys
+        .known(
+            || state.keys.version(),
+            &hash,
+            || state.keys.key_by_hash(hash),
+        )
+        .await?
+        .ok_or_else(invalid)?;
     // The lookup is by hash already; compare again in constant time so that
     // no code path branches on a partial match of secret material.
     if !bool::from(key.hash.ct_eq(&hash)) || key.revoked_at.is_some() {

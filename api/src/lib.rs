@@ -97,6 +97,9 @@ pub struct ApiParts {
     pub pages: Arc<cache::Cache<page::Sealed>>,
     /// Key records as `keys` answered them, kept while it is unchanged.
     pub known_keys: Arc<cache::Cache<hindsight_contracts::ApiKeyRecord>>,
+    /// Where tokens belong, as `store` answered, kept while it is unchanged
+    /// (every history page of a token reads it first).
+    pub tokens: Arc<cache::Cache<hindsight_contracts::TokenRef>>,
     /// The bulk exports this replica may run at once.
     pub exports: routes::export::ExportSlots,
     /// Export jobs: their store and how they run.

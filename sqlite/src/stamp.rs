@@ -19,7 +19,7 @@
 //! calls under a mutex every connection of the process shares). Under the
 //! API's page load (`hindsight-bench api`) those reads, two a request,
 //! were 17 % of the API process's CPU, and a worker that found the mutex
-//! taken slept: 441 times in 3.5 s (docs/DESIGN.md, "Page and key caches").
+//! taken slept: 441 times in 3.5 s (docs/DESIGN.md, "Page, key and token caches").
 //! Reading the header is a few loads. `PRAGMA data_version` is still what
 //! answers when the header cannot be read (a VFS without shared memory, a
 //! header being written on every retry, an unknown version).

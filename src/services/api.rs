@@ -5,7 +5,7 @@ use super::{Listeners, Service};
 use crate::backends::{BackendConfig, Backends};
 use anyhow::{anyhow, bail, Context};
 use axum::Router;
-use hindsight_api::cache::{Cache, KEY_BYTES};
+use hindsight_api::cache::{Cache, KEY_BYTES, TOKEN_BYTES};
 use hindsight_api::catalog::Catalog;
 use hindsight_api::cursor::CursorKeys;
 use hindsight_api::dashboard::DashboardConfig;
@@ -116,6 +116,7 @@ pub async fn router(
         cursors: cfg.cursors.clone(),
         pages: Arc::new(Cache::new("pages", cfg.page_cache_bytes)),
         known_keys: Arc::new(Cache::new("keys", KEY_BYTES)),
+        tokens: Arc::new(Cache::new("tokens", TOKEN_BYTES)),
         exports: Default::default(),
         jobs: Jobs::new(jobs, cfg.export_jobs.clone()),
     }

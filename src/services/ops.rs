@@ -149,7 +149,7 @@ fn known_series() -> Vec<(&'static str, Vec<(&'static str, String)>)> {
             out.push((tm::API_EXPORTS_CUT, labels));
         }
     }
-    for cache in ["pages", "keys"] {
+    for cache in ["pages", "keys", "tokens"] {
         for result in ["hit", "miss"] {
             let labels = vec![("cache", cache.to_string()), ("result", result.to_string())];
             out.push((tm::API_CACHE, labels));

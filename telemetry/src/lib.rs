@@ -261,7 +261,7 @@ pub const DESCRIPTIONS: &[(&str, Unit, &str)] = &[
     (
         API_CACHE,
         Unit::Count,
-        "Lookups in the API's caches, by cache (pages, keys) and result (hit, miss).",
+        "Lookups in the API's caches, by cache (pages, keys, tokens) and result (hit, miss).",
     ),
     (
         API_CACHE_BYTES,

@@ -221,7 +221,7 @@ async fn a_page_is_cached_long_only_once_the_projector_has_passed_it() {
 
 /// The API's caches (`hindsight_api::cache`): a page asked again while the
 /// store is unchanged is the kept one, byte for byte, counted as a hit (and
-/// so is its key); a write to the store (a late tick into the page) empties
+/// so are its key and its token); a write to the store (a late tick into the page) empties
 /// it, and the next answer is the new content. (A key revoked or moved to
 /// another plan by another process takes effect at once: `api_contract`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -229,12 +229,24 @@ async fn an_unchanged_store_serves_the_kept_page_and_a_write_replaces_it() {
     let app = seeded("page-cache").await;
     let hits = r#"hindsight_api_cache_total{cache="pages",result="hit"}"#;
     let key_hits = r#"hindsight_api_cache_total{cache="keys",result="hit"}"#;
+    let token_hits = r#"hindsight_api_cache_total{cache="tokens",result="hit"}"#;
     let page = prices(DAY, DAY + 3600, "&limit=3");
     let (status, h, first) = fetch(&app, &page, None).await;
     assert_eq!(status, 200);
     let etag = header(&h, "etag").to_string();
     let before = metric_value(&app.ops, hits).await;
     let keys_before = metric_value(&app.ops, key_hits).await;
+    let tokens_before = metric_value(&app.ops, token_hits).await;
+    // Other pages of the token (each starting a second earlier) miss the
+    // page cache, not the token's (five, as a usage flush may write between).
+    for back in 1..=5 {
+        let other = prices(DAY - back, DAY + 3600, "&limit=3");
+        assert_eq!(fetch(&app, &other, None).await.0, 200);
+    }
+    assert!(
+        metric_value(&app.ops, token_hits).await > tokens_before,
+        "the token was read from the store for each page"
+    );
     for _ in 0..5 {
         let (status, h, body) = fetch(&app, &page, None).await;
         assert_eq!(

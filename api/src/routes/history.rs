@@ -68,9 +68,10 @@ async fn cached(
 
 pub(super) async fn token(state: &ApiState, token_id: String) -> Result<TokenRef, ApiError> {
     let token_id = path_id("token_id", token_id)?;
+    let read = || state.store.token(&token_id);
     state
-        .store
-        .token(&token_id)
+        .tokens
+        .known(|| state.store.version(), token_id.as_bytes(), read)
         .await?
         .ok_or_else(|| ApiError::NotFound("Token not found".into()))
 }

@@ -31,6 +31,7 @@ pub fn parts(
         cursors: CursorKeys::new(&["a test secret of thirty-two bytes"]).unwrap(),
         pages: Arc::new(Cache::new("pages", 0)),
         known_keys: Arc::new(Cache::new("keys", 0)),
+        tokens: Arc::new(Cache::new("tokens", 0)),
         exports: Default::default(),
         jobs: hindsight_api::jobs::Jobs::new(
             Arc::new(SqliteStore::open(&tempfile::tempdir().unwrap().keep()).unwrap()),
