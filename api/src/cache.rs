@@ -1,12 +1,14 @@
 //! The API's caches of what the store answered, kept while the store's
 //! stamp says nothing was written since (docs/DESIGN.md, "Caching
-//! history"): encoded history pages, and the API keys requests present.
+//! history"): encoded history pages, the API keys requests present, and
+//! where the tokens whose history they ask for belong.
 //!
 //! Why it is safe: what is kept is a function of its key and the store's
 //! contents — a page of its request (route, the id in the path,
 //! `start_ts`, `end_ts`, `resolution`, `limit`, `cursor`) and the cursor
 //! secret, except with `fill=previous`, which also depends on the clock, so
-//! those pages are never kept; a key record of its hash. The stamp
+//! those pages are never kept; a key record of its hash; a token's market
+//! and label of its id. The stamp
 //! ([`ReadStore::version`](hindsight_contracts::ReadStore::version),
 //! [`AuthStore::version`](hindsight_contracts::AuthStore::version)) is read
 //! *before* the reads it vouches for, so an answer holding a write that
@@ -76,7 +78,8 @@ pub struct Cache<V> {
     inner: Mutex<Inner<V>>,
 }
 
-/// A cache's metrics, labelled `cache` by its name (`pages`, `keys`):
+/// A cache's metrics, labelled `cache` by its name (`pages`, `keys`,
+/// `tokens`):
 /// lookups by result and the bytes kept. The handles are taken once, when
 /// the cache is built, so a lookup records its count with one atomic add,
 /// outside the cache's lock, instead of finding the labelled series each

@@ -221,8 +221,8 @@ async fn a_page_is_cached_long_only_once_the_projector_has_passed_it() {
 
 /// The API's caches (`hindsight_api::cache`): a page asked again while the
 /// store is unchanged is the kept one, byte for byte, counted as a hit (and
-/// so are its key and its token); a write to the store (a late tick into the page) empties
-/// it, and the next answer is the new content. (A key revoked or moved to
+/// so are its key and its token); a write to the store (a late tick into
+/// the page) empties it, and the next answer is the new content. (A key revoked or moved to
 /// another plan by another process takes effect at once: `api_contract`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unchanged_store_serves_the_kept_page_and_a_write_replaces_it() {
