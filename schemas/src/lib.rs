@@ -13,6 +13,7 @@ pub mod api;
 pub mod claims;
 pub mod codec;
 pub mod event;
+pub mod num;
 pub mod resolution;
 pub mod time;
 pub mod wire;

@@ -53,7 +53,7 @@ impl Timestamp {
         if !secs.is_finite() {
             return Err("timestamp is not a finite number".into());
         }
-        Self::checked(Timestamp((secs * 1000.0).round() as i64))
+        Self::checked(Timestamp(crate::num::round(secs * 1000.0)))
     }
 
     fn checked(self) -> Result<Self, String> {

@@ -26,8 +26,12 @@ const MAX_MANTISSA: f64 = (1u64 << 53) as f64;
 
 /// The `m` with [`value`]`(m, k)` equal to `p` bit for bit, if any.
 pub(crate) fn mantissa(p: f64, k: u8) -> Option<i64> {
-    let m = (p * POW10[k as usize]).round();
-    (m.abs() <= MAX_MANTISSA && value(m as i64, k).to_bits() == p.to_bits()).then_some(m as i64)
+    let x = p * POW10[k as usize];
+    if x.is_nan() || x.abs() > MAX_MANTISSA {
+        return None;
+    }
+    let m = hindsight_schemas::num::round(x);
+    (value(m, k).to_bits() == p.to_bits()).then_some(m)
 }
 
 /// The price of mantissa `m` at scale `k` (at most [`MAX_SCALE`]).
