@@ -3,7 +3,7 @@
 
 use crate::bucketblock::{self, Entry};
 use crate::checkpoint::{backstop_pages, Checkpointer};
-use crate::db::{blocking, open, open_paged, Durability, Pool};
+use crate::db::{blocking, open, open_paged, Durability, Pool, ReadTx};
 use crate::head::{self, Head};
 use crate::headmerge;
 use crate::limits::RateLog;
@@ -2065,7 +2065,7 @@ fn price_blocks(
     end: Timestamp,
     mut visit: impl FnMut(TickKey, u64, &[u8], Option<TickKey>) -> Result<bool>,
 ) -> Result<()> {
-    let tx = conn.unchecked_transaction()?;
+    let tx = ReadTx::begin(conn)?;
     let Some(sid) = sid_of(&tx, id)? else {
         return Ok(());
     };
@@ -2189,7 +2189,7 @@ fn price_bucket_blocks(
     (start, end): (i64, i64),
     mut visit: impl FnMut(i64, u64, &[u8]) -> Result<bool>,
 ) -> Result<()> {
-    let tx = conn.unchecked_transaction()?;
+    let tx = ReadTx::begin(conn)?;
     let Some(sid) = sid_of(&tx, id)? else {
         return Ok(());
     };
