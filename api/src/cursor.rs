@@ -18,6 +18,7 @@
 //! replica, so that any replica continues any replica's cursor. Several
 //! secrets may be given for rotation: the first signs, all verify.
 
+use crate::hex;
 use hindsight_contracts::TickKey;
 use hindsight_schemas::Timestamp;
 use hmac::{Hmac, Mac};
@@ -84,13 +85,13 @@ impl CursorKeys {
         let tag = Self::mac(&self.macs[0], prefix, scope, payload).finalize();
         format!(
             "{prefix}{}{}",
-            hex(payload),
-            hex(&tag.into_bytes()[..TAG_LEN])
+            hex::encode(payload),
+            hex::encode(&tag.into_bytes()[..TAG_LEN])
         )
     }
 
     fn open(&self, prefix: &str, scope: &Scope, cursor: &str) -> Option<Vec<u8>> {
-        let bytes = unhex(cursor.strip_prefix(prefix)?)?;
+        let bytes = hex::decode(cursor.strip_prefix(prefix)?)?;
         let (payload, tag) = bytes.split_at(bytes.len().checked_sub(TAG_LEN)?);
         self.macs
             .iter()
@@ -202,29 +203,6 @@ impl Pager {
             id: String::from_utf8(id.to_vec()).ok()?,
         })
     }
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// The inverse of [`hex`], and only of it: pairs of lowercase digits. The
-/// MAC authenticates the bytes; this makes the text one-to-one with them, so
-/// only the exact text the API wrote is accepted, never another spelling of
-/// its bytes (`FF` or `+f` for `ff` or `0f`, as `from_str_radix` would take).
-fn unhex(text: &str) -> Option<Vec<u8>> {
-    let digit = |b: u8| match b {
-        b'0'..=b'9' => Some(b - b'0'),
-        b'a'..=b'f' => Some(b - b'a' + 10),
-        _ => None,
-    };
-    let pairs = text.as_bytes().chunks_exact(2);
-    if !pairs.remainder().is_empty() {
-        return None;
-    }
-    pairs
-        .map(|pair| Some(digit(pair[0])? << 4 | digit(pair[1])?))
-        .collect()
 }
 
 #[cfg(test)]

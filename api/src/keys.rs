@@ -14,7 +14,7 @@ pub const KEY_PREFIX: &str = "hsk_";
 pub fn random_hex(bytes: usize) -> String {
     let mut buf = vec![0u8; bytes];
     getrandom::fill(&mut buf).expect("the OS random source is available");
-    buf.iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::encode(&buf)
 }
 
 pub fn hash(key: &str) -> [u8; 32] {
@@ -35,13 +35,7 @@ pub fn record_for(plaintext: &str, organization: &str, plan: &str) -> ApiKeyReco
     let hash = hash(plaintext);
     // The public handle derives from the hash, not the key: it names the key
     // in `keys list` and logs without revealing any of it.
-    let key_id = format!(
-        "key_{}",
-        hash[..6]
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect::<String>()
-    );
+    let key_id = format!("key_{}", crate::hex::encode(&hash[..6]));
     ApiKeyRecord {
         key_id,
         hash,

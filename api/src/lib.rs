@@ -34,6 +34,7 @@ pub mod cursor;
 pub mod dashboard;
 pub mod error;
 pub mod export;
+pub mod hex;
 pub mod jobs;
 pub mod keys;
 pub mod openapi;

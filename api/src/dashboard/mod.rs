@@ -221,7 +221,7 @@ fn cookie(headers: &HeaderMap) -> Option<String> {
 /// The synchronizer token of a cookie value.
 pub fn csrf_for(cookie: &str) -> String {
     let digest = Sha256::digest(format!("hindsight-csrf:{cookie}").as_bytes());
-    digest[..16].iter().map(|b| format!("{b:02x}")).collect()
+    crate::hex::encode(&digest[..16])
 }
 
 /// Refuses a form whose token does not belong to the browser's cookie.
