@@ -304,14 +304,6 @@ impl Point for read::BookPoint {
     }
 }
 
-impl Drop for Writer {
-    fn drop(&mut self) {
-        if self.buf.capacity() <= SCRATCH_KEPT {
-            SCRATCH.set(std::mem::take(&mut self.buf));
-        }
-    }
-}
-
 /// Bytes `point` takes in a page (its encoding and the comma after it);
 /// its size hint when it cannot be encoded (a bucket without a candle).
 pub fn point_len<P: Point>(point: &P) -> usize {
@@ -383,8 +375,8 @@ impl Point for read::Tick {
 /// Why not a buffer of its own, handed over as the body: the hints are
 /// upper bounds (a 200-point price page of 7.6 KB reserved 15.6 KB), and
 /// a body kept the whole buffer, in the page cache too, which counts a
-/// page by its bytes: 64 MB of pages held about twice that. Copying 8 KB
-/// takes well under a microsecond of a page's ~100.
+/// page by its bytes: a 64 MB cache of price pages held about twice that.
+/// Copying 8 KB takes well under a microsecond of a page's ~100 µs.
 pub struct Writer {
     buf: Vec<u8>,
     /// Keeps the date of the last timestamp, which the next mostly shares.
@@ -489,6 +481,14 @@ impl Writer {
             None => self.raw(b"null"),
         }
         self.raw(b"}}");
+    }
+}
+
+impl Drop for Writer {
+    fn drop(&mut self) {
+        if self.buf.capacity() <= SCRATCH_KEPT {
+            SCRATCH.set(std::mem::take(&mut self.buf));
+        }
     }
 }
 

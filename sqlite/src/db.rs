@@ -187,6 +187,11 @@ pub(crate) struct ReadTx<'c>(&'c Connection);
 
 impl<'c> ReadTx<'c> {
     pub(crate) fn begin(conn: &'c Connection) -> Result<Self> {
+        // A read transaction whose rollback failed (see `drop`) is ended
+        // here, so that a pooled connection does not stay in it for good.
+        if !conn.is_autocommit() {
+            conn.prepare_cached("ROLLBACK")?.execute([])?;
+        }
         conn.prepare_cached("BEGIN DEFERRED")?.execute([])?;
         Ok(ReadTx(conn))
     }
@@ -202,8 +207,7 @@ impl std::ops::Deref for ReadTx<'_> {
 impl Drop for ReadTx<'_> {
     fn drop(&mut self) {
         // A read changed nothing, so the rollback only ends the snapshot.
-        // Should it fail, the connection stays in the transaction and its
-        // next `begin` reports it, as rusqlite's own transaction would.
+        // Should it fail, the next `begin` on the connection ends it.
         let rolled_back = self
             .0
             .prepare_cached("ROLLBACK")
@@ -301,5 +305,12 @@ mod tests {
             assert!(reader.is_autocommit(), "round {round}: rolled back");
             assert_eq!(count(&reader), before + 1);
         }
+        // A transaction left open (a rollback that failed) is ended by the
+        // next one's begin.
+        reader
+            .execute_batch("BEGIN; SELECT count(*) FROM t;")
+            .unwrap();
+        let tx = ReadTx::begin(&reader).unwrap();
+        assert_eq!(count(&tx), 3);
     }
 }
