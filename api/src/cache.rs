@@ -181,11 +181,19 @@ impl<V: Clone + Weigh> Cache<V> {
     pub fn get(&self, key: &[u8], stamp: u64) -> Option<V> {
         let found = {
             let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-            if inner.stamp != stamp {
+            if stamp > inner.stamp {
                 // The store changed: nothing kept can be served again.
                 self.clear(&mut inner, stamp);
             }
-            inner.values.get(key).cloned()
+            // An older stamp: a request that read it before the last
+            // write and got here after a newer one. It builds its own
+            // answer, which `put` does not keep, and leaves what was kept
+            // under the newer stamp: emptied for it, the cache went back to
+            // a stamp no later request reads, and the next one emptied it
+            // again.
+            (inner.stamp == stamp)
+                .then(|| inner.values.get(key).cloned())
+                .flatten()
         };
         match found {
             Some(_) => self.events.hits.increment(1),
@@ -332,6 +340,26 @@ mod tests {
         serve(&big, &store, Some("a"), &built).await;
         serve(&big, &store, Some("a"), &built).await;
         assert_eq!(built.load(Ordering::SeqCst), 12);
+    }
+
+    /// A request that read its stamp before the last write and asks after
+    /// a newer one: it is built and not kept, and what was kept under the
+    /// newer stamp stays.
+    #[tokio::test]
+    async fn a_late_request_under_an_older_stamp_leaves_the_newer_pages() {
+        let (cache, store, built) = (
+            Cache::new("pages", DEFAULT_PAGE_BYTES),
+            Stamped(AtomicU64::new(2)),
+            AtomicUsize::new(0),
+        );
+        let kept = serve(&cache, &store, Some("a"), &built).await;
+        store.0.store(1, Ordering::SeqCst);
+        assert_ne!(serve(&cache, &store, Some("a"), &built).await, kept);
+        assert_ne!(serve(&cache, &store, Some("a"), &built).await, kept);
+        assert_eq!(built.load(Ordering::SeqCst), 3, "never served nor kept");
+        store.0.store(2, Ordering::SeqCst);
+        assert_eq!(serve(&cache, &store, Some("a"), &built).await, kept);
+        assert_eq!(built.load(Ordering::SeqCst), 3, "the newer page stayed");
     }
 
     /// `known`: a found value is kept while the stamp stands; what was not

@@ -79,7 +79,8 @@ pub struct RateHits {
 pub trait AuthStore: Send + Sync {
     /// A stamp of the keys: once a `put_key` (a new key, a revocation) has
     /// committed through any handle, in any process, a stamp read after it
-    /// differs from every stamp read before it. `None`: the backend cannot
+    /// differs from every stamp read before it, and stamps read through one
+    /// handle never decrease. `None`: the backend cannot
     /// tell at the cost of [`crate::ReadStore::version`], whose contract
     /// this is for keys (the API keeps the key records it read while the
     /// stamp stands, `hindsight_api::cache`).

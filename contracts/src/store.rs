@@ -452,8 +452,11 @@ pub trait ReadStore: Send + Sync {
     /// write through any handle (in any process) has committed, a stamp
     /// read after it differs from every stamp read before it; so an answer
     /// built from reads made after reading stamp `s` is still the answer
-    /// while the stamp reads `s`. `None`: the backend cannot tell at the
-    /// cost below (or could not just now), and a caller keeps nothing.
+    /// while the stamp reads `s`. Stamps read through one handle never
+    /// decrease, so a caller can tell a stamp read before another (a
+    /// request that was slow to get to its cache) from a newer one.
+    /// `None`: the backend cannot tell at the cost below (or could not
+    /// just now), and a caller keeps nothing.
     ///
     /// Cost contract: less than the cheapest read, with no round trip —
     /// the API reads it for every history page it may serve from its page

@@ -718,7 +718,7 @@ pub async fn frontiers_bound_every_stored_bucket(
 
 /// [`ReadStore::version`] and [`AuthStore::version`]: a stamp read after
 /// a write committed (a key and its revocation; bucket rows, a catalog
-/// record) differs from the stamp read before it, on the other handle; a
+/// record) is greater than the stamp read before it, on the other handle; a
 /// backend answering `None` tells nothing, and the API keeps nothing. (Other checks write to the same store meanwhile, so
 /// a stamp that moved without this check's write is within the contract.)
 pub async fn version_moves_with_every_committed_write(
@@ -731,8 +731,8 @@ pub async fn version_moves_with_every_committed_write(
     a.put_key(key.clone()).await.map_err(store_err)?;
     let after_key = AuthStore::version(b);
     if let (Some(x), Some(y)) = (before, after_key) {
-        ensure(x != y, || {
-            format!("the key stamp stayed {x} across a new key")
+        ensure(x < y, || {
+            format!("the key stamp went from {x} to {y} across a new key")
         })?;
     }
     let revoked = ApiKeyRecord {
@@ -741,8 +741,8 @@ pub async fn version_moves_with_every_committed_write(
     };
     a.put_key(revoked).await.map_err(store_err)?;
     if let (Some(x), Some(y)) = (after_key, AuthStore::version(b)) {
-        ensure(x != y, || {
-            format!("the key stamp stayed {x} across a revocation")
+        ensure(x < y, || {
+            format!("the key stamp went from {x} to {y} across a revocation")
         })?;
     }
 
@@ -751,8 +751,8 @@ pub async fn version_moves_with_every_committed_write(
     write(a, vec![price_row(&tok, Resolution::M1, T0, 0.5, 1, 1)]).await?;
     let after_rows = ReadStore::version(b);
     if let (Some(x), Some(y)) = (before, after_rows) {
-        ensure(x != y, || {
-            format!("the stamp stayed {x} across a committed write of bucket rows")
+        ensure(x < y, || {
+            format!("the stamp went from {x} to {y} across a committed write of bucket rows")
         })?;
     }
     let m = format!("{prefix}-m");
@@ -769,8 +769,8 @@ pub async fn version_moves_with_every_committed_write(
     .await?;
     let after_catalog = ReadStore::version(b);
     if let (Some(x), Some(y)) = (after_rows, after_catalog) {
-        ensure(x != y, || {
-            format!("the stamp stayed {x} across a committed catalog record")
+        ensure(x < y, || {
+            format!("the stamp went from {x} to {y} across a committed catalog record")
         })?;
     }
     // What the stamps vouch for is there to read.
