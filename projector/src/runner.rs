@@ -23,14 +23,13 @@
 //! log partition (the embedded log) every decision is a function of the log,
 //! the same on every replay and rebuild.
 
-use crate::owners::Owners;
+use crate::owners::{Judged, Owners};
 use crate::rollup::{ApplyStats, Rollup};
 use crate::ticks::tick_of;
 use hindsight_contracts::{
     Applied, ConsumerSource, Delivered, LogConsumer, Position, ProjectionStore, ProjectionWrite,
     Result, TickKind,
 };
-use hindsight_schemas::claims::tick_conflict;
 use hindsight_schemas::wire::RejectKind;
 use hindsight_schemas::Event;
 use hindsight_telemetry as tm;
@@ -514,15 +513,18 @@ impl Projector {
         rest: &mut Vec<Delivered>,
         consumed: &[Position],
     ) -> Result<StepStats> {
-        self.learn_owners(consumer, rest).await?;
+        let mut judged = self.judge_ticks(consumer, rest).await?;
         let tail = rest.split_off(segment_end(rest, &self.owners));
         let segment = std::mem::replace(rest, tail);
+        // The tail's are judged again with its segment: the records
+        // folded before it may change its owners.
+        judged.mismatched.retain(|(i, _)| *i < segment.len());
         let (mut upto, mut commit) = if rest.is_empty() {
             (consumed.to_vec(), Some(consumed.to_vec()))
         } else {
             (last_positions(&segment), None)
         };
-        let mut folded = self.fold_segment(segment).await?;
+        let mut folded = self.fold_segment(segment, judged).await?;
         stage_took("fold", folded.report.started);
         let waited = Instant::now();
         let last = rest.is_empty() && folded.catalog.is_empty();
@@ -558,24 +560,27 @@ impl Projector {
         Ok(stats)
     }
 
-    /// Looks up the owners of the tokens in `batch` not yet known. When
-    /// the write in flight holds catalog records, which may change them,
-    /// it waits for that write first.
-    async fn learn_owners(
+    /// Judges the price ticks, snapshots and trades of `batch` against
+    /// their tokens' owners (`Owners::judge`), looking up those not yet known. When the
+    /// write in flight holds catalog records, which may change them, it
+    /// waits for that write before looking any up.
+    async fn judge_ticks(
         &mut self,
         consumer: &mut dyn LogConsumer,
         batch: &[Delivered],
-    ) -> Result<()> {
-        let missing = self.owners.missing(batch);
+    ) -> Result<Judged> {
+        let mut judged = self.owners.judge(batch);
+        let missing = judged.missing(batch);
         if missing.is_empty() {
-            return Ok(());
+            return Ok(judged);
         }
         if self.in_flight.as_ref().is_some_and(|w| w.catalog) {
             self.settle(consumer).await?;
         }
         let found = self.store.lookup_tokens(missing.clone()).await?;
         self.owners.fill(missing, found);
-        Ok(())
+        self.owners.judge_unknown(batch, &mut judged);
+        Ok(judged)
     }
 
     /// While the write in flight runs, folds into the step being made
@@ -636,34 +641,39 @@ impl Projector {
                 }
             }
             took = true;
-            self.learn_owners(consumer, &batch).await?;
-            let more = self.fold_segment(batch).await?;
+            let judged = self.judge_ticks(consumer, &batch).await?;
+            let more = self.fold_segment(batch, judged).await?;
             folded.absorb(more, most);
         }
     }
 
     /// Folds one segment into the rollup: its ticks and catalog records,
-    /// its rows left dirty for [`Projector::take_write`]. Every token of its
-    /// ticks is in `owners`.
-    async fn fold_segment(&mut self, mut data: Vec<Delivered>) -> Result<Folded> {
+    /// its rows left dirty for [`Projector::take_write`]. Its ticks were
+    /// judged against their tokens' owners (`judged`, by index in `data`):
+    /// the mismatched are left out.
+    async fn fold_segment(&mut self, mut data: Vec<Delivered>, judged: Judged) -> Result<Folded> {
         let started = Instant::now();
         let events = data.len();
         // In place: a step's events are most of its memory. Catalog records
         // are few, and copied out.
         let mut catalog: Vec<(Position, Event)> = Vec::new();
         let mut mismatched = Mismatched::default();
+        let mut left_out = judged.mismatched.into_iter().peekable();
+        let mut i = 0;
         data.retain(|d| {
+            let at = i;
+            i += 1;
             if is_catalog(&d.event) {
                 catalog.push((d.position, d.event.clone()));
                 return false;
             }
-            if let Some((market, token)) = d.event.token_data() {
-                if let Some(reason) = tick_conflict(market, token, self.owners.get(token)) {
+            match left_out.next_if(|(j, _)| *j == at) {
+                Some((_, reason)) => {
                     mismatched.add(d.position, reason);
-                    return false;
+                    false
                 }
+                None => true,
             }
-            true
         });
         mismatched.report();
         let new_series = self.rollup.series_of(&data);

@@ -5,7 +5,7 @@
 //! slug is not stored, each decided against the catalog at the event's log
 //! position — so the outcome is the same however the log is cut into steps.
 
-use hindsight_contracts::{conformance, AppendBatch, EventLog, Range, ReadStore};
+use hindsight_contracts::{conformance, AppendBatch, EventLog, Range, ReadStore, TickKind};
 use hindsight_projector::{Projector, ProjectorConfig};
 use hindsight_schemas::wire::parse_line;
 use hindsight_schemas::{Event, Resolution, Timestamp};
@@ -103,6 +103,36 @@ async fn a_tick_under_another_market_than_its_token_is_not_folded_into_that_hist
         assert_eq!(consumed, 5, "every event consumed, folded or not");
         assert_eq!(day_prices(&store, "b-yes").await, [0.5], "step {step}");
         assert_eq!(day_prices(&store, "a-new").await, [0.3], "step {step}");
+    }
+}
+
+/// A trade is judged as a tick is, even in a step holding no price tick
+/// or snapshot of its token (whose owner the projector looked up only
+/// for those before).
+#[tokio::test]
+async fn a_trade_under_another_market_than_its_token_is_not_stored() {
+    let trade = |market: &str, token: &str, id: &str| {
+        let line = format!(
+            r#"{{"kind":"trade","market_id":"{market}","token_id":"{token}","ts":{DAY},"price":0.5,"size":1,"side":"buy","trade_id":"{id}"}}"#
+        );
+        parse_line(&line, Timestamp::now()).unwrap()
+    };
+    for step in [1, 3, 100] {
+        let dir = tempfile::tempdir().unwrap();
+        let events = vec![
+            market("a", 0, "a-slug", &["a-yes"]),
+            market("b", 0, "b-slug", &["b-yes"]),
+            trade("a", "b-yes", "x1"),
+            trade("b", "b-yes", "x2"),
+        ];
+        let (store, consumed) = project(dir.path(), events, step).await;
+        assert_eq!(consumed, 4, "every event consumed, stored or not");
+        let (start, end) = (Timestamp(DAY * 1000), Timestamp((DAY + 60) * 1000));
+        let trades = store
+            .count_ticks(TickKind::Trade, "b-yes", start, end)
+            .await
+            .unwrap();
+        assert_eq!(trades, 1, "step {step}: only b's trade of b-yes");
     }
 }
 
