@@ -66,12 +66,13 @@ fn tick_line(prefix: &str, market: usize, side: &str, ts: i64, p: usize) -> Stri
 /// clients generate their bodies as they send, in the process measured,
 /// and with `write!` (a float formatted per line, an id allocated per
 /// line) they took ~8 % of its CPU samples (`perf`, 500 000 events/s).
-/// Still 7.9 % a later session (each line's market number and second
-/// written out again, and the token's rank searched over the whole CDF):
-/// with both once per line and per second and the guide table of
-/// [`ZipfTokens`], a 10 000-line body takes 75–100 ns a line against
-/// 155–240 (a release test's timing over 3 M lines, 20 000 and 100 000
-/// tokens).
+/// Still 7.9 % a later session, which found each line's market number
+/// written out twice, its second once per line, and the token's rank
+/// searched over the whole CDF: with the number written once, the second
+/// once per second ([`write_tick_at`]) and the rank found through a
+/// guide table ([`ZipfTokens`]), a 10 000-line body takes 75–100 ns a line
+/// against 155–240 (timed in a release build over 3 M lines, 20 000 and
+/// 100 000 tokens).
 fn write_tick(out: &mut String, prefix: &str, market: usize, side: &str, ts: i64, p: usize) {
     let mut ts_digits = [0u8; 20];
     write_tick_at(out, prefix, market, side, decimal(ts, &mut ts_digits), p);
@@ -151,10 +152,10 @@ fn price(n: usize) -> usize {
 pub struct ZipfTokens {
     cdf: std::sync::Arc<[f64]>,
     /// `guide[j]`: the first rank whose CDF reaches `j / GUIDE` of the
-    /// total, so a draw searches
-    /// only the ranks between two neighbouring entries: the same rank as a
-    /// search of the whole CDF, without its ~15 unpredictable steps (a
-    /// third of the live benchmark's own clients' CPU, `perf`).
+    /// total, so a draw searches only the ranks between two neighbouring
+    /// entries: the same rank as a search of the whole CDF, without its
+    /// ~15 unpredictable steps (a third of the live benchmark's own
+    /// clients' CPU, `perf`).
     guide: std::sync::Arc<[u32]>,
     state: u64,
 }
@@ -201,7 +202,7 @@ impl ZipfTokens {
             .wrapping_add(1_442_695_040_888_963_407);
         let fraction = (self.state >> 11) as f64 / (1u64 << 53) as f64;
         let u = fraction * self.cdf[self.cdf.len() - 1];
-        // The rank is at or past `guide[j]` and before `guide[j + 1]` for
+        // The rank is at or past `guide[j]` and at most `guide[j + 1]` for
         // the `j` of `u`; one entry either side covers the rounding of `j`.
         let j = (fraction * GUIDE as f64) as usize;
         let lo = self.guide[j.saturating_sub(1)] as usize;
