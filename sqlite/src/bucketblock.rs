@@ -35,7 +35,14 @@ use crate::Result;
 /// table's pages unused (a B-tree page of few large cells packs badly) and
 /// the live drain rewrote more per step; at 8, more entries slowed the
 /// rebuild. 16 keeps a block under ~0.6 KB: the store is 62.6 MB instead
-/// of 80.5 at 32, the rebuild as fast.
+/// of 80.5 at 32, the rebuild as fast. Wider windows for the finer
+/// resolutions alone, where a long-tail token has ~4 buckets in 16
+/// minutes, did not pay either (docs/benchmarks.md, "Wider windows for
+/// the finer resolutions' price blocks"): 32 one-minute buckets saved a
+/// long-tail `backfill --project` ~1.5 % of its instructions; 128, 64
+/// and 32 for 1, 5 and 10 minutes ~15 % of its CPU, but steps the size
+/// of a live projector's, which rewrite each busy token's open window,
+/// then took 10 % longer and wrote 35 % more.
 pub(crate) const BLOCK_BUCKETS: i64 = 16;
 
 const WHAT: &str = "price bucket block";
