@@ -241,7 +241,6 @@ mod tests {
     use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
     /// A store's stamp, as the test sets it (0: none).
-    #[derive(Default)]
     struct Stamped(AtomicU64);
 
     impl Stamped {
@@ -276,13 +275,18 @@ mod tests {
         page.body().to_vec()
     }
 
+    /// A cache of the default budget, a store at `stamp` and no build yet.
+    fn fixture(stamp: u64) -> (Cache<Sealed>, Stamped, AtomicUsize) {
+        (
+            Cache::new("pages", DEFAULT_PAGE_BYTES),
+            Stamped(AtomicU64::new(stamp)),
+            AtomicUsize::new(0),
+        )
+    }
+
     #[tokio::test]
     async fn a_page_is_built_once_per_request_and_stamp() {
-        let (cache, store, built) = (
-            Cache::new("pages", DEFAULT_PAGE_BYTES),
-            Stamped::default(),
-            AtomicUsize::new(0),
-        );
+        let (cache, store, built) = fixture(0);
         store.0.store(7, Ordering::SeqCst);
         let first = serve(&cache, &store, Some("a"), &built).await;
         assert_eq!(serve(&cache, &store, Some("a"), &built).await, first);
@@ -304,11 +308,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_page_built_across_a_write_is_not_kept() {
-        let (cache, store, built) = (
-            Cache::new("pages", DEFAULT_PAGE_BYTES),
-            Stamped(AtomicU64::new(1)),
-            AtomicUsize::new(0),
-        );
+        let (cache, store, built) = fixture(1);
         // The build reads stamp 1; a write lands while it reads.
         cache
             .serve(|| store.version(), Some(b"a".to_vec()), async {
@@ -347,11 +347,7 @@ mod tests {
     /// newer stamp stays.
     #[tokio::test]
     async fn a_late_request_under_an_older_stamp_leaves_the_newer_pages() {
-        let (cache, store, built) = (
-            Cache::new("pages", DEFAULT_PAGE_BYTES),
-            Stamped(AtomicU64::new(2)),
-            AtomicUsize::new(0),
-        );
+        let (cache, store, built) = fixture(2);
         let kept = serve(&cache, &store, Some("a"), &built).await;
         store.0.store(1, Ordering::SeqCst);
         assert_ne!(serve(&cache, &store, Some("a"), &built).await, kept);
