@@ -434,7 +434,7 @@ impl Writer {
             // Digits, `-`, `:`, `.`, `T` and `Z`: nothing JSON escapes.
             Some(iso) => {
                 self.buf.push(b'"');
-                self.buf.extend_from_slice(iso.as_bytes());
+                self.buf.extend_from_slice(iso);
                 self.buf.push(b'"');
             }
             None => serde_json::to_writer(&mut self.buf, &IsoTime(t))

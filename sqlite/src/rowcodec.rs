@@ -427,6 +427,39 @@ mod tests {
         }
     }
 
+    /// Every width's edges (63 / -64 the last in one byte, 64 / -65 the
+    /// first in two, and so on) round-trip one after another, as a block
+    /// holds them, and what runs past the end or past 64 bits is corrupt.
+    #[test]
+    fn varints_round_trip_at_every_width_and_refuse_overlong() {
+        let mut values = vec![0, 1, -1, i64::MAX, i64::MIN];
+        for bits in (6..63).step_by(7) {
+            let edge = 1i64 << bits;
+            values.extend([edge - 1, edge, -edge, -edge - 1]);
+        }
+        let mut out = Vec::new();
+        for &v in &values {
+            put_zigzag(&mut out, v);
+        }
+        assert_eq!(out.iter().filter(|&&b| b < 0x80).count(), values.len());
+        let mut r = Reader::new(&out, WHAT);
+        for &v in &values {
+            assert_eq!(r.zigzag().unwrap(), v);
+        }
+        assert!(r.done());
+        for bad in [
+            &[0x80][..],
+            &[0xff; 9],
+            &[0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0x02],
+            &[0x80; 11],
+        ] {
+            assert!(
+                matches!(Reader::new(bad, WHAT).zigzag(), Err(Error::Corrupt(_))),
+                "{bad:?}"
+            );
+        }
+    }
+
     #[test]
     fn malformed_values_are_corrupt_not_a_panic() {
         let candle = |p| Candle {
