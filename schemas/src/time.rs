@@ -216,8 +216,8 @@ fn civil_date(days: i64) -> Option<[u8; 10]> {
     Some(date)
 }
 
-/// `n` (below 100) in two decimal digits: a table's, where dividing by ten
-/// digit by digit was a third of a page's time of day.
+/// `n` (below 100) in two decimal digits, from a table: dividing by ten
+/// digit by digit was over a third of a timestamp's instructions.
 fn two_digits(n: u32) -> &'static [u8] {
     const PAIRS: &[u8; 200] = b"0001020304050607080910111213141516171819\
         2021222324252627282930313233343536373839\
