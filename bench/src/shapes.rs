@@ -239,7 +239,7 @@ fn rounds(quick: bool) -> anyhow::Result<usize> {
 
 /// The median of the rounds' figures (nearest rank, as the other
 /// sections' quantiles).
-fn median(figures: impl Iterator<Item = f64>) -> f64 {
+pub(crate) fn median(figures: impl Iterator<Item = f64>) -> f64 {
     let mut v: Vec<f64> = figures.collect();
     v.sort_by(f64::total_cmp);
     crate::pipeline::quantile(&v, 0.5)
