@@ -188,12 +188,20 @@ pub fn release_free_memory() {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+
+    /// Held by each test that tunes the allocators: the options are the
+    /// process's, and the test harness runs tests on parallel threads, so
+    /// one test's `tune_malloc(Service)` could land between another's
+    /// `tune_malloc(Batch)` and its read-back (CI saw 10 for `Batch`).
+    static TUNING: Mutex<()> = Mutex::new(());
 
     /// The option index is mimalloc.h's, which no binding names: the
     /// purge delay is the option whose default is 1 000 ms (mimalloc 3),
     /// and setting it through the index reads back, each workload's own.
     #[test]
     fn the_purge_delay_option_is_the_one_set() {
+        let _tuning = TUNING.lock().unwrap_or_else(|e| e.into_inner());
         let delays = [Workload::Service, Workload::Batch].map(Workload::purge_delay_ms);
         // SAFETY: reads and sets an option of the allocator.
         unsafe {
@@ -232,6 +240,7 @@ mod tests {
     #[cfg(target_os = "linux")]
     fn huge_pages_are_off_here_and_given_back_to_an_anchor() {
         use std::process::Command;
+        let _tuning = TUNING.lock().unwrap_or_else(|e| e.into_inner());
         tune_malloc(Workload::Service);
         // SAFETY: reads an option of the allocator.
         let option = unsafe { libmimalloc_sys::mi_option_get(MI_OPTION_ALLOW_THP) };
