@@ -141,11 +141,17 @@ echo "== bulk exports, $deployment deployment: Parquet (read with pyarrow) and C
 # No 5xx and no response that violates the document. (Schema-valid requests
 # may still be refused: the document cannot express start_ts <= end_ts.)
 status=0
-"$venv/bin/schemathesis" --config-file "$st/schemathesis.toml" run "$probe_url/openapi.json" \
+# $st/hooks.py: rules of the API the document cannot state (one of two
+# parameters), which generated requests then follow. Run in the work
+# directory, where schemathesis and Hypothesis keep what they learn
+# (`.schemathesis/`, `.hypothesis/`): each run starts from nothing, as on a
+# fresh clone, and the directory goes with the run.
+(cd "$work" && SCHEMATHESIS_HOOKS=hooks PYTHONPATH="$OLDPWD/$st" \
+  "$venv/bin/schemathesis" --config-file "$OLDPWD/$st/schemathesis.toml" run "$probe_url/openapi.json" \
   --header "X-API-Key: $HINDSIGHT_KEY_ENTERPRISE" \
   --checks not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,response_headers_conformance \
   --max-examples 100 --generation-deterministic --no-color \
-  --report ndjson --report-ndjson-path "$work/schemathesis.ndjson" || status=$?
+  --report ndjson --report-ndjson-path "$work/schemathesis.ndjson") || status=$?
 echo "== schemathesis coverage, $deployment deployment: cases per operation"
 "$venv/bin/python" "$st/support.py" report "$work/schemathesis.ndjson" api/openapi.json || status=1
 exit "$status"
