@@ -163,8 +163,10 @@ fn print_welcome(
             "Demo markets are being generated ({} h of history, then live ticks). Try:",
             demo.history_hours
         );
+        // The token the OpenAPI document's examples name, a demo market's.
+        let token = hindsight_api::openapi::example("token_id").unwrap_or_default();
         println!(
-            "  curl -s -H 'X-API-Key: {api_key}' '{base}/v1/tokens/tok-fed-cuts-25bps-december-2026-yes/prices?start_ts={}&end_ts={}&resolution=1h'",
+            "  curl -s -H 'X-API-Key: {api_key}' '{base}/v1/tokens/{token}/prices?start_ts={}&end_ts={}&resolution=1h'",
             now - 6 * 3600,
             now + 60
         );

@@ -51,7 +51,7 @@ use utoipa::{Modify, OpenApi};
         history::token_book,
         history::market_book,
     ),
-    modifiers(&ApiKeyAuth, &Revalidation, &Links, &EdgeRefusals),
+    modifiers(&ApiKeyAuth, &Revalidation, &Links, &EdgeRefusals, &Examples),
     security(("APIKeyHeader" = [])),
     tags(
         (name = "utility", description = "Health and usage"),
@@ -367,6 +367,57 @@ impl Modify for Links {
                     .extensions(Some(Extensions::from_iter([("operationId", *to)])))
                     .build();
                 ok.links.insert(name.to_string(), link.into());
+            }
+        }
+    }
+}
+
+/// An example value for every parameter of these names, wherever it is
+/// declared (path or query): a reader sees what a request looks like, and
+/// schemathesis's examples phase sends them.
+///
+/// The ids are those of a demo market of `hindsight dev` (README's first
+/// command; the binary's tests keep them so), and the times fall in the
+/// range of the schemathesis dataset (`tests/sdk/schemathesis/`), which
+/// holds the same market with three hours of history from 2025-09-01.
+struct Examples;
+
+/// `(parameter name, example)`.
+///
+/// `market_id` has none: the routes that take it as a filter take it or
+/// `token_id`, not both, and an example of each would make their example
+/// request one they refuse.
+pub const EXAMPLES: [(&str, &str); 8] = [
+    ("token_id", "tok-fed-cuts-25bps-december-2026-yes"),
+    ("id_or_slug", "fed-cuts-25bps-december-2026"),
+    ("start_ts", "2025-09-01T00:00:00Z"),
+    ("end_ts", "2025-09-01T03:00:00Z"),
+    ("resolution", "1h"),
+    ("ts", "2025-09-01T01:30:00Z"),
+    ("kind", "prices"),
+    ("search", "fed"),
+];
+
+/// The example of parameter `name`, if [`EXAMPLES`] gives one.
+pub fn example(name: &str) -> Option<&'static str> {
+    EXAMPLES.iter().find(|(n, _)| *n == name).map(|(_, e)| *e)
+}
+
+impl Modify for Examples {
+    fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
+        let parameters = doc
+            .paths
+            .paths
+            .values_mut()
+            .flat_map(|item| [item.get.as_mut(), item.post.as_mut()])
+            .flatten()
+            .flat_map(|op| op.parameters.iter_mut().flatten());
+        for p in parameters {
+            if let Some(example) = example(&p.name) {
+                // utoipa keeps a parameter's `example` private to its builder.
+                *p = ParameterBuilder::from(p.clone())
+                    .example(Some(example.into()))
+                    .build();
             }
         }
     }

@@ -379,4 +379,18 @@ mod tests {
             assert!((s - 1.0).abs() < 0.001, "{m}: {s}");
         }
     }
+
+    /// The OpenAPI document's examples (and `dev`'s `curl`) name a market
+    /// of this demo: its slug and its first token.
+    #[test]
+    fn the_openapi_examples_name_a_demo_market() {
+        let demo = Demo::new(2025, Timestamp(1_756_684_800_000));
+        let example = |name| hindsight_api::openapi::example(name).unwrap();
+        let market = demo.catalog().iter().find_map(|e| match e {
+            Event::Market(m) if m.slug == example("id_or_slug") => Some(m),
+            _ => None,
+        });
+        let market = market.expect("the example id_or_slug is a demo market's slug");
+        assert_eq!(market.tokens[0].id, example("token_id"));
+    }
 }
