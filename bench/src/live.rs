@@ -15,6 +15,10 @@
 //! prints RSS at every 10 % of progress, so its flatness is visible. Each
 //! phase fails unless the store holds exactly the ticks acknowledged.
 //!
+//! Event time runs at 1 000 ticks a second unless
+//! `HINDSIGHT_BENCH_LIVE_PER_EVENT_SECOND` says otherwise (see
+//! `Phase::per_event_second`).
+//!
 //! Ids are short (`lt123`, `lt123-yes`) unless
 //! `HINDSIGHT_BENCH_LIVE_LONG_IDS=1` pads them to Polymarket's lengths (a
 //! market's condition id has 66 characters, a token's id ~77 digits): every
@@ -42,9 +46,6 @@ const GOAL_RSS_MB: f64 = 512.0;
 /// the last is acknowledged.
 const CONNECTIONS: usize = 4;
 const BATCH: u64 = 10_000;
-/// Feed ticks per second of event time: minutes and hours of buckets close
-/// while the feed runs, as they would live.
-const PER_EVENT_SECOND: u64 = 1_000;
 
 pub fn run(quick: bool) -> anyhow::Result<()> {
     let ticks = setting(
@@ -66,12 +67,14 @@ pub fn run(quick: bool) -> anyhow::Result<()> {
             0 => "lt".to_string(),
             _ => LONG_PREFIX.to_string(),
         },
+        per_event_second: setting("HINDSIGHT_BENCH_LIVE_PER_EVENT_SECOND", 1_000)?.max(1),
     };
     let stream = Phase {
         tokens: 100_000,
         end: End::Ticks(ticks),
         rate: sustained.rate,
         prefix: sustained.prefix.clone(),
+        per_event_second: sustained.per_event_second,
     };
     // As `hindsight dev` runs: with its metrics recorded, which the
     // phases read back to say where the projector's steps went.
@@ -116,6 +119,12 @@ struct Phase {
     /// Market `n`'s id is `{prefix}{n}`, its tokens' `{prefix}{n}-yes` and
     /// `-no`.
     prefix: String,
+    /// Feed ticks per second of event time (`HINDSIGHT_BENCH_LIVE_PER_EVENT_SECOND`,
+    /// 1 000 by default): at 1 000, minutes and hours of buckets close
+    /// while the feed runs, far more often than live (at 500 000 events/s,
+    /// 500 s of event time pass in a second); at the offered rate, event
+    /// time keeps the wall clock's pace, as a live feed's does.
+    per_event_second: u64,
 }
 
 /// With `HINDSIGHT_BENCH_LIVE_LONG_IDS`: market ids of 65–69 characters
@@ -174,8 +183,9 @@ impl Phase {
             r => format!("{} events/s offered", spaced(r as usize)),
         };
         println!(
-            "== live long tail: {} tokens (Zipf activity, {PER_EVENT_SECOND} ticks per second of event time), {end}, {CONNECTIONS} connections, {} -line batches generated as sent, {offered}, token ids like {}",
+            "== live long tail: {} tokens (Zipf activity, {} ticks per second of event time), {end}, {CONNECTIONS} connections, {} -line batches generated as sent, {offered}, token ids like {}",
             spaced(self.tokens),
+            spaced(self.per_event_second as usize),
             spaced(BATCH as usize),
             token_id(prefix, 0),
         );
@@ -190,7 +200,7 @@ impl Phase {
                 let feed = LiveFeed::new(
                     prefix,
                     law.reseeded(ZipfTokens::SEED ^ (c + 1)),
-                    PER_EVENT_SECOND,
+                    self.per_event_second,
                 );
                 let pace = Pace {
                     started,
