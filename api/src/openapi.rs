@@ -9,7 +9,7 @@ use utoipa::openapi::content::ContentBuilder;
 use utoipa::openapi::extensions::Extensions;
 use utoipa::openapi::header::HeaderBuilder;
 use utoipa::openapi::link::LinkBuilder;
-use utoipa::openapi::path::{ParameterBuilder, ParameterIn};
+use utoipa::openapi::path::{Operation, ParameterBuilder, ParameterIn};
 use utoipa::openapi::security::{ApiKey, ApiKeyValue, SecurityScheme};
 use utoipa::openapi::{Object, Ref, RefOr, Required, ResponseBuilder, Type};
 use utoipa::{Modify, OpenApi};
@@ -96,17 +96,21 @@ impl Modify for EdgeRefusals {
                     .build(),
             )
             .build();
-        for item in doc.paths.paths.values_mut() {
-            for op in [item.get.as_mut(), item.post.as_mut()]
-                .into_iter()
-                .flatten()
-            {
-                op.responses
-                    .responses
-                    .insert("414".into(), RefOr::T(too_long.clone()));
-            }
+        for op in operations(doc) {
+            op.responses
+                .responses
+                .insert("414".into(), RefOr::T(too_long.clone()));
         }
     }
+}
+
+/// Every operation of the document (the API's are GETs and POSTs).
+fn operations(doc: &mut utoipa::openapi::OpenApi) -> impl Iterator<Item = &mut Operation> {
+    doc.paths
+        .paths
+        .values_mut()
+        .flat_map(|item| [item.get.as_mut(), item.post.as_mut()])
+        .flatten()
 }
 
 /// The history routes' validators, declared once for all of them (they
@@ -405,13 +409,7 @@ pub fn example(name: &str) -> Option<&'static str> {
 
 impl Modify for Examples {
     fn modify(&self, doc: &mut utoipa::openapi::OpenApi) {
-        let parameters = doc
-            .paths
-            .paths
-            .values_mut()
-            .flat_map(|item| [item.get.as_mut(), item.post.as_mut()])
-            .flatten()
-            .flat_map(|op| op.parameters.iter_mut().flatten());
+        let parameters = operations(doc).flat_map(|op| op.parameters.iter_mut().flatten());
         for p in parameters {
             if let Some(example) = example(&p.name) {
                 // utoipa keeps a parameter's `example` private to its builder.
