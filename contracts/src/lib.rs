@@ -24,6 +24,7 @@ pub mod auth;
 pub mod error;
 pub mod exports;
 pub mod log;
+pub mod prefetch;
 pub mod store;
 
 #[cfg(feature = "conformance")]

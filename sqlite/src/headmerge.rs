@@ -17,9 +17,10 @@
 
 use crate::bucketblock::{self, Entry};
 use crate::head::{self, Head};
-use crate::store::{put_price_value, RowOrder};
+use crate::store::{price_block_at, put_price_value, RowOrder};
 use crate::tickblock::{self, PriceTick};
 use crate::Result;
+use hindsight_contracts::prefetch::prefetch;
 use hindsight_contracts::{Row, TickKey};
 use std::borrow::Cow;
 use std::cmp::Ordering;
@@ -104,15 +105,9 @@ impl Merger {
         rows: &[(RowOrder, &Row)],
         moved: &mut Vec<MovedPriceBlock>,
     ) -> Result<()> {
-        let at = |((_, _, res, _), row): &(RowOrder, &Row)| {
-            (
-                *res,
-                bucketblock::block_of(row.key.bucket.millis(), row.key.res.width_ms()),
-            )
-        };
-        for rows in rows.chunk_by(|a, b| at(a) == at(b)) {
-            let (res, block) = at(&rows[0]);
-            let resolution = rows[0].1.key.res;
+        let at = |(order, _): &(RowOrder, &Row)| price_block_at(order);
+        for rows in rows.chunk_by(|a, b| at(a).0 == at(b).0) {
+            let ((_, res, block), resolution) = at(&rows[0]);
             let width = resolution.width_ms();
             self.merged.clear();
             let new = entries(rows, &mut self.values, &mut self.parts)?;
@@ -159,6 +154,11 @@ pub(crate) fn entries<'a>(
 ) -> Result<impl Iterator<Item = Entry<'a>>> {
     values.clear();
     parts.clear();
+    // The rows lie scattered: have all of the block's (16 at most) loaded
+    // at once rather than each in turn.
+    for (_, row) in rows {
+        prefetch(*row);
+    }
     for (_, row) in rows {
         let count = put_price_value(values, row)?;
         parts.push((count, values.len()));

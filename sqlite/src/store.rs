@@ -1153,6 +1153,15 @@ pub(crate) fn put_price_value(out: &mut Vec<u8>, row: &Row) -> Result<u64> {
 
 /// The key of the block holding the price bucket of `key`, whose id has
 /// `sid`: (`sid`, `res`, `block`).
+/// [`price_block_of`] a price row's order, and the row's resolution: read
+/// from the order, held inline, and not through the row, which lies
+/// wherever the step's buffer put it (a cache miss per row of a long tail).
+pub(crate) fn price_block_at(&(_, sid, res, bucket): &RowOrder) -> ((i64, i64, i64), Resolution) {
+    let resolution = res_of_code(res).expect("a row's order holds a code of res_code");
+    let block = bucketblock::block_of(bucket, resolution.width_ms());
+    ((sid, res, block), resolution)
+}
+
 fn price_block_of(sid: i64, key: &RowKey) -> (i64, i64, i64) {
     (
         sid,
@@ -1267,10 +1276,10 @@ impl<'t> Inserts<'t> {
         head: &Head,
         run: &'r [(RowOrder, &'r Row)],
     ) -> Result<Cow<'r, [(RowOrder, &'r Row)]>> {
-        let at = |((_, sid, ..), row): &(RowOrder, &Row)| price_block_of(*sid, &row.key);
-        let behind = |item: &(RowOrder, &Row)| {
-            let (.., block) = at(item);
-            head.prices[item.1.key.res.index()]
+        let at = |(order, _): &(RowOrder, &Row)| price_block_at(order).0;
+        let behind = |(order, _): &(RowOrder, &Row)| {
+            let ((.., block), res) = price_block_at(order);
+            head.prices[res.index()]
                 .as_ref()
                 .is_some_and(|h| block < h.block)
         };

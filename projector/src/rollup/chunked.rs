@@ -10,6 +10,7 @@
 //! grows a chunk at a time, and the chunks past the last item kept are
 //! freed.
 
+use hindsight_contracts::prefetch::prefetch;
 use std::ops::{Index, IndexMut};
 
 /// Items per chunk (16 384; 1.8 MB of slots): small next to a step's rows,
@@ -97,7 +98,7 @@ impl<T> Chunked<T> {
     }
 
     /// Asks the CPU to start loading item `i` into its cache, if there is
-    /// one (see [`prefetch`]).
+    /// one ([`prefetch`]).
     #[inline]
     pub(crate) fn prefetch(&self, i: usize) {
         if let Some(item) = self
@@ -120,40 +121,6 @@ impl<T> Chunked<T> {
             std::mem::swap(&mut low[ca][ia], &mut high[0][ib]);
         }
     }
-}
-
-/// Asks the CPU to start loading `item`'s cache lines while the caller
-/// goes on, so that a loop over items scattered in memory waits for
-/// several at once instead of for each in turn. The rollup's loops over a
-/// step's events know a few events ahead which slots and bucket lists
-/// they will touch; over a long tail those lie scattered (most ticks open
-/// a bucket), and waiting on each in turn was half of those loops' time
-/// (`perf annotate`). A hint only; elsewhere than on x86-64 it does
-/// nothing.
-#[inline]
-pub(crate) fn prefetch<T>(item: &T) {
-    #[cfg(target_arch = "x86_64")]
-    {
-        use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
-        let first = (item as *const T).cast::<i8>();
-        let size = std::mem::size_of::<T>();
-        // Every line the item touches: from its first byte, a line at a
-        // time, and its last.
-        let mut at = 0;
-        while at < size {
-            // SAFETY: a prefetch reads nothing into the program and never
-            // faults, whatever the address; SSE, which it needs, is part
-            // of every x86-64 CPU.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(at)) };
-            at += 64;
-        }
-        if size > 1 {
-            // SAFETY: as above.
-            unsafe { _mm_prefetch::<_MM_HINT_T0>(first.wrapping_add(size - 1)) };
-        }
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = item;
 }
 
 impl<T> Index<usize> for Chunked<T> {
