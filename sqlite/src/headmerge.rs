@@ -105,8 +105,19 @@ impl Merger {
         rows: &[(RowOrder, &Row)],
         moved: &mut Vec<MovedPriceBlock>,
     ) -> Result<()> {
+        // The rows lie scattered, and a long tail's blocks hold one or two
+        // each: the CPU is asked for the rows `AHEAD` past those merged, so
+        // that it loads several at once rather than each in turn.
+        const AHEAD: usize = 32;
+        let all = rows;
+        all.iter().take(AHEAD).for_each(|(_, row)| prefetch(*row));
+        let mut done = 0;
         let at = |(order, _): &(RowOrder, &Row)| price_block_at(order);
-        for rows in rows.chunk_by(|a, b| at(a).0 == at(b).0) {
+        for rows in all.chunk_by(|a, b| at(a).0 == at(b).0) {
+            let ahead = done + AHEAD..(done + AHEAD + rows.len()).min(all.len());
+            let ahead = all.get(ahead).unwrap_or_default();
+            ahead.iter().for_each(|(_, row)| prefetch(*row));
+            done += rows.len();
             let ((_, res, block), resolution) = at(&rows[0]);
             let width = resolution.width_ms();
             self.merged.clear();
@@ -154,11 +165,6 @@ pub(crate) fn entries<'a>(
 ) -> Result<impl Iterator<Item = Entry<'a>>> {
     values.clear();
     parts.clear();
-    // The rows lie scattered: have all of the block's (16 at most) loaded
-    // at once rather than each in turn.
-    for (_, row) in rows {
-        prefetch(*row);
-    }
     for (_, row) in rows {
         let count = put_price_value(values, row)?;
         parts.push((count, values.len()));
