@@ -1151,8 +1151,6 @@ pub(crate) fn put_price_value(out: &mut Vec<u8>, row: &Row) -> Result<u64> {
     Ok(*count)
 }
 
-/// The key of the block holding the price bucket of `key`, whose id has
-/// `sid`: (`sid`, `res`, `block`).
 /// [`price_block_of`] a price row's order, and the row's resolution: read
 /// from the order, held inline, and not through the row, which lies
 /// wherever the step's buffer put it (a cache miss per row of a long tail).
@@ -1162,6 +1160,8 @@ pub(crate) fn price_block_at(&(_, sid, res, bucket): &RowOrder) -> ((i64, i64, i
     ((sid, res, block), resolution)
 }
 
+/// The key of the block holding the price bucket of `key`, whose id has
+/// `sid`: (`sid`, `res`, `block`).
 fn price_block_of(sid: i64, key: &RowKey) -> (i64, i64, i64) {
     (
         sid,
